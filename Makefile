@@ -1,0 +1,44 @@
+# Two commands do everything from nothing: `make demo` and `make test`.
+# Each creates .venv if needed, installs what it needs, then runs.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+CORE   := $(VENV)/.installed-core
+FULL   := $(VENV)/.installed-full
+
+.PHONY: demo test lint bench browser clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(CORE): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --disable-pip-version-check -e .
+	touch $@
+
+# torch is pinned to the CPU build on this machine's disk before anything can pull a CUDA build.
+$(FULL): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dense,llm,dev]'
+	touch $@ $(CORE)
+
+demo: $(CORE)
+	$(BIN)/ragassay demo
+
+test: $(FULL) browser
+	TOKENIZERS_PARALLELISM=false $(BIN)/python -m pytest -q
+
+lint: $(FULL)
+	$(BIN)/ruff check src tests benchmarks
+
+bench: $(FULL)
+	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# Headless Chromium for the report's browser test (Debian package; needs root, as on CI).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium for the browser tests"; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+
+clean:
+	rm -rf $(VENV) ragassay-demo .pytest_cache

@@ -1,0 +1,87 @@
+"""`ragassay golden build` and `ragassay golden check`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from ragassay.cli.common import console, print_json
+from ragassay.corpus import load_corpus
+from ragassay.golden import STRATA, build_golden, load_golden
+
+NEGATIVE_SHARE_WARNING = 0.10
+
+golden_app = typer.Typer(help="Build and check span-labelled golden sets.", no_args_is_help=True)
+
+
+@golden_app.command("build")
+def build(
+    src: Path = typer.Argument(..., help="Authoring file (.yaml/.yml or .jsonl) with quotes."),
+    corpus: Path = typer.Option(..., "--corpus", help="Corpus directory or .jsonl file."),
+    out: Path = typer.Option(..., "-o", "--out", help="Output directory for golden.jsonl + manifest.json."),
+    built_at: str = typer.Option(None, help="Timestamp to record (default: newest `created` date)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+) -> None:
+    """Resolve every quote to a canonical span; fail listing every problem, writing nothing."""
+    corp = load_corpus(corpus)
+    gs = build_golden(src, corp, out, built_at=built_at)
+    if json_out:
+        print_json(gs.manifest)
+        return
+    m = gs.manifest
+    console.print(f"built [bold]{m['dataset_version']}[/]: {m['n_queries']} queries, "
+                  f"{m['n_evidence']} evidence spans over {m['n_docs']} docs -> {out}")
+
+
+def summarize(manifest: dict) -> dict:
+    n = manifest["n_queries"]
+    share = manifest["n_negative"] / n if n else 0.0
+    warnings = []
+    if share < NEGATIVE_SHARE_WARNING:
+        warnings.append(f"only {share:.1%} negative (unanswerable) queries; abstention cannot be measured "
+                        f"well below {NEGATIVE_SHARE_WARNING:.0%}")
+    missing = [s for s in STRATA if s not in manifest["strata"]]
+    if missing:
+        warnings.append(f"strata with no queries: {', '.join(missing)}")
+    return {"negative_share": share, "warnings": warnings}
+
+
+def print_manifest_summary(manifest: dict) -> None:
+    info = summarize(manifest)
+    console.print(f"[bold]{manifest['dataset_version']}[/]  corpus {manifest['corpus_digest'][:19]}…  "
+                  f"{manifest['n_queries']} queries  label type {manifest['label_type']}  "
+                  f"hit rule {manifest['hit_rule']}  built {manifest['built_at']}")
+    t = Table(title="strata", show_edge=False)
+    t.add_column("stratum")
+    t.add_column("queries", justify="right")
+    t.add_column("share", justify="right")
+    n = manifest["n_queries"] or 1
+    for s, c in manifest["strata"].items():
+        t.add_row(s, str(c), f"{c / n:.0%}")
+    console.print(t)
+    console.print(f"negative share {info['negative_share']:.1%}; evidence spans {manifest['n_evidence']} "
+                  f"({', '.join(f'{k} {v}' for k, v in manifest['match_kinds'].items())}); "
+                  f"queries with nuggets {manifest['n_with_nuggets']}; annotators "
+                  f"{', '.join(manifest['annotators']) or 'unrecorded'}; "
+                  f"kappa {manifest['kappa_binary'] if manifest['kappa_binary'] is not None else 'unknown'}")
+    for w in info["warnings"]:
+        console.print(f"[yellow]warning:[/] {w}")
+
+
+@golden_app.command("check")
+def check(
+    path: Path = typer.Argument(..., help="A built golden set directory."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Strata table, negative share, label type and manifest pins of a built set."""
+    gs = load_golden(path)
+    if json_out:
+        print_json({"manifest": gs.manifest, **summarize(gs.manifest)})
+        return
+    print_manifest_summary(gs.manifest)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(golden_app, name="golden")

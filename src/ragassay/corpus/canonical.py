@@ -1,0 +1,216 @@
+"""Canonical text with an offset map back to the raw text.
+
+Every span ragassay stores is a pair of offsets into *canonical* text. Canonicalization is a fixed
+sequence of four local rewrites, applied in this order:
+
+1. **Invisible characters deleted**: BOM (U+FEFF), zero-width space (U+200B), word joiner (U+2060)
+   and soft hyphen (U+00AD). They carry no meaning for matching and break quote lookup.
+2. **Newlines unified**: CRLF, CR, NEL (U+0085), LINE SEPARATOR and PARAGRAPH SEPARATOR become ``\\n``.
+3. **Unicode NFC.**
+4. **Horizontal whitespace folded**: every other whitespace character (tab, NBSP, form feed, the
+   U+2000 block, ...) counts as a space; a run of such spaces becomes one ASCII space; spaces at the
+   start or end of a line (and so of the document) are removed. Newlines themselves are kept as
+   they are, so blank lines and paragraph structure survive.
+
+The offset map gives, for canonical character ``i``, the raw half-open range
+``[raw_starts[i], raw_ends[i])`` it came from. Deleted characters are attributed to a neighbour
+(spaces to the newline they stood next to, invisible characters to the character before them), so the
+raw slice of a canonical span covers everything in between; spaces and invisible characters at the
+document's start map to nothing, as do spaces at its end. Two properties hold and are tested:
+``canonicalize(canonicalize(x)) == canonicalize(x)``, and for a canonical span ``[s, e)`` that does not
+split a combining sequence, ``canonicalize_fragment(raw[raw_starts[s]:raw_ends[e-1]]) == canonical[s:e]``
+(plain ``canonicalize`` gives the same when the span neither starts nor ends with a space).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+import numpy as np
+
+CANONICALIZER_NAME = "ragassay-canon-v1"
+
+_INVISIBLE = "\ufeff\u200b\u2060\u00ad"
+_NEWLINES = "\r\n|\r|\x85|\u2028|\u2029"
+# Every character str.isspace() accepts except the newline (a test pins this list to Python's).
+_H = (
+    "\t\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680"
+    + "".join(chr(c) for c in range(0x2000, 0x200B))
+    + "\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def _mark_class() -> str:
+    """Regex class of the characters that attach to the one before them (marks, Hangul medials/finals).
+
+    Every character with a non-zero combining class is in category M, and all of them lie below
+    U+20000, which keeps this scan cheap (a test checks both facts against the whole code space).
+    """
+    category = unicodedata.category
+    marks = [c for c in map(chr, range(0x20000)) if category(c)[0] == "M"]
+    marks += [chr(c) for c in range(0x1161, 0x1176)] + [chr(c) for c in range(0x11A8, 0x11C3)]
+    return "[" + re.escape("".join(marks)) + "]"
+
+
+_MARK = _mark_class()
+# A whitespace character carrying a mark (a spacing accent) is text, not whitespace.
+_H_CLASS = f"(?:[{re.escape(_H)}](?!{_MARK}))"
+_NOT_INV = f"[^{_INVISIBLE}]"
+
+_RE_INVISIBLE = re.compile(
+    rf"\A[{_INVISIBLE}]+|({_NOT_INV})[{_INVISIBLE}]+", re.DOTALL
+)
+_RE_NEWLINE = re.compile(_NEWLINES)
+_SPACE_AROUND_NEWLINE = rf"{_H_CLASS}+\n{_H_CLASS}*|\n{_H_CLASS}+"  # folds into the newline
+_SPACE_AT_EDGES = rf"\A{_H_CLASS}+|{_H_CLASS}+\Z"  # dropped
+_SPACE_RUNS = rf"{_H_CLASS}{{2,}}|(?:[{re.escape(_H.replace(' ', ''))}](?!{_MARK}))"  # runs and non-ASCII spaces -> " "
+_RE_SPACE = re.compile(f"{_SPACE_AROUND_NEWLINE}|{_SPACE_AT_EDGES}|{_SPACE_RUNS}")
+_RE_SPACE_FRAGMENT = re.compile(f"{_SPACE_AROUND_NEWLINE}|{_SPACE_RUNS}")
+
+
+class _Map:
+    """Output characters with their input ranges: out[i] came from input[starts[i]:ends[i]]."""
+
+    __slots__ = ("text", "starts", "ends")
+
+    def __init__(self, text: str, starts: np.ndarray, ends: np.ndarray):
+        self.text, self.starts, self.ends = text, starts, ends
+
+    @classmethod
+    def identity(cls, text: str) -> _Map:
+        idx = np.arange(len(text), dtype=np.int64)
+        return cls(text, idx, idx + 1)
+
+    def then(self, step: _Map) -> _Map:
+        """Compose: `step` rewrote self.text; map its ranges back through self."""
+        if len(step.text) == 0:
+            empty = np.zeros(0, dtype=np.int64)
+            return _Map("", empty, empty)
+        return _Map(step.text, self.starts[step.starts], self.ends[step.ends - 1])
+
+
+def _rewrite(text: str, pattern: re.Pattern, replace) -> _Map | None:
+    """Apply sparse regex rewrites; `replace(match) -> str` gives the output for a match.
+
+    Every output character of a rewrite maps to the whole matched range; untouched text maps 1:1.
+    Returns None when nothing matched (identity), which keeps the common case allocation-free.
+    """
+    pieces: list[str] = []
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
+    pos = 0
+    any_match = False
+    for m in pattern.finditer(text):
+        any_match = True
+        a, b = m.span()
+        if a > pos:
+            pieces.append(text[pos:a])
+            idx = np.arange(pos, a, dtype=np.int64)
+            starts.append(idx)
+            ends.append(idx + 1)
+        out = replace(m)
+        if out:
+            pieces.append(out)
+            starts.append(np.full(len(out), a, dtype=np.int64))
+            ends.append(np.full(len(out), b, dtype=np.int64))
+        pos = b
+    if not any_match:
+        return None
+    if pos < len(text):
+        pieces.append(text[pos:])
+        idx = np.arange(pos, len(text), dtype=np.int64)
+        starts.append(idx)
+        ends.append(idx + 1)
+    if not pieces:
+        empty = np.zeros(0, dtype=np.int64)
+        return _Map("", empty, empty)
+    return _Map("".join(pieces), np.concatenate(starts), np.concatenate(ends))
+
+
+def _invisible_out(m: re.Match) -> str:
+    return m.group(1) or ""
+
+
+def _space_out(m: re.Match) -> str:
+    s = m.group(0)
+    if "\n" in s:
+        return "\n"
+    if m.re is _RE_SPACE and (m.start() == 0 or m.end() == len(m.string)):
+        return ""
+    return " "
+
+
+@lru_cache(maxsize=1)
+def _nfc_secondaries() -> frozenset[str]:
+    """Characters of combining class 0 that NFC can still fuse onto the character before them.
+
+    They are the second element of a canonical composition pair (e.g. Hangul vowels and trailing
+    consonants, some Indic length marks). A segment boundary before one of them is unsafe.
+    """
+    out = set()
+    for cp in range(0x110000):
+        d = unicodedata.decomposition(chr(cp))
+        if not d or d.startswith("<"):
+            continue
+        parts = d.split()
+        if len(parts) == 2:
+            second = chr(int(parts[1], 16))
+            if unicodedata.combining(second) == 0:
+                out.add(second)
+    out.update(chr(c) for c in range(0x1161, 0x1176))  # Hangul medial vowels
+    out.update(chr(c) for c in range(0x11A8, 0x11C3))  # Hangul final consonants
+    return frozenset(out)
+
+
+def _nfc(text: str) -> _Map | None:
+    if unicodedata.is_normalized("NFC", text):
+        return None
+    secondaries = _nfc_secondaries()
+    pieces: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    seg_start = 0
+    n = len(text)
+    for i in range(1, n + 1):
+        if i < n:
+            c = text[i]
+            if unicodedata.combining(c) != 0 or c in secondaries:
+                continue
+        out = unicodedata.normalize("NFC", text[seg_start:i])
+        pieces.append(out)
+        starts.extend([seg_start] * len(out))
+        ends.extend([i] * len(out))
+        seg_start = i
+    return _Map("".join(pieces), np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
+
+
+def canonicalize_with_map(raw: str, *, fragment: bool = False) -> tuple[str, np.ndarray, np.ndarray]:
+    """Return ``(canonical, raw_starts, raw_ends)``; arrays are int64 of length ``len(canonical)``.
+
+    ``fragment=True`` skips the removal of spaces at the text's edges: use it for a piece cut out of a
+    document, whose edge spaces are interior spaces of the whole.
+    """
+    space = _RE_SPACE_FRAGMENT if fragment else _RE_SPACE
+    m = _Map.identity(raw)
+    for step in (
+        lambda t: _rewrite(t, _RE_INVISIBLE, _invisible_out),
+        lambda t: _rewrite(t, _RE_NEWLINE, lambda _m: "\n"),
+        _nfc,
+        lambda t: _rewrite(t, space, _space_out),
+    ):
+        s = step(m.text)
+        if s is not None:
+            m = m.then(s)
+    return m.text, m.starts, m.ends
+
+
+def canonicalize(raw: str) -> str:
+    """Canonical form of a document (see the module docstring for the rules)."""
+    return canonicalize_with_map(raw)[0]
+
+
+def canonicalize_fragment(raw: str) -> str:
+    """Canonical form of a piece of a document: the same rules, but spaces at its edges are kept."""
+    return canonicalize_with_map(raw, fragment=True)[0]

@@ -1,0 +1,142 @@
+"""Derivation of unit labels for any chunking: which evidence spans a retrieved unit hits.
+
+Labels are never unit ids. A retrieved unit ``(doc_id, start, end)`` gets the highest grade of the
+evidence spans of its query that it hits under a named hit rule:
+
+- ``any_overlap``: the unit and the evidence share at least one character;
+- ``min_fraction:F``: the unit covers at least a fraction F (0 < F <= 1) of the evidence span;
+- ``doc``: the unit comes from a document that holds evidence for the query (document-level labels).
+
+A unit that hits no evidence has grade 0 and ``judged = False``; one that hits only grade-0 evidence
+has grade 0 and ``judged = True``. Span-labelled golden sets treat unjudged units as non-relevant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ragassay.errors import InputError
+from ragassay.golden.set import GoldenSet
+
+
+@dataclass(frozen=True)
+class HitRule:
+    kind: str
+    fraction: float | None = None
+
+    @classmethod
+    def parse(cls, spec: str | HitRule) -> HitRule:
+        if isinstance(spec, HitRule):
+            return spec
+        s = spec.strip()
+        if s in ("any_overlap", "doc"):
+            return cls(s)
+        if s.startswith("min_fraction:"):
+            try:
+                f = float(s.split(":", 1)[1])
+            except ValueError:
+                f = -1.0
+            if not 0.0 < f <= 1.0:
+                raise InputError(f"hit rule {spec!r}: the fraction must be in (0, 1], e.g. min_fraction:0.5")
+            return cls("min_fraction", f)
+        raise InputError(f"unknown hit rule {spec!r}; use any_overlap, min_fraction:F or doc")
+
+    def __str__(self) -> str:
+        return f"min_fraction:{self.fraction:g}" if self.kind == "min_fraction" else self.kind
+
+
+class EvidenceIndex:
+    """All evidence spans of a golden set as arrays sorted by (query, doc, start)."""
+
+    def __init__(self, golden: GoldenSet):
+        self.query_codes = {q.query_id: i for i, q in enumerate(golden.queries)}
+        doc_ids = sorted({e.doc_id for q in golden.queries for e in q.evidence})
+        self.doc_codes = {d: i for i, d in enumerate(doc_ids)}
+        self.n_docs = max(len(doc_ids), 1)
+        rows = [(self.query_codes[q.query_id], self.doc_codes[e.doc_id], e.start, e.end, e.grade)
+                for q in golden.queries for e in q.evidence]
+        arr = np.asarray(rows, dtype=np.int64).reshape(-1, 5)
+        key = arr[:, 0] * self.n_docs + arr[:, 1]
+        order = np.lexsort((arr[:, 2], key))
+        self.key = key[order]
+        self.start = arr[order, 2]
+        self.end = arr[order, 3]
+        self.grade = arr[order, 4].astype(np.float64)
+        # per (query, doc) maximum grade, for the `doc` rule
+        uniq, first = np.unique(self.key, return_index=True)
+        self._doc_key = uniq
+        self._doc_max = np.maximum.reduceat(self.grade, first) if len(first) else np.zeros(0)
+
+    def encode(self, query_ids: Sequence[str], doc_ids: Sequence[str]) -> np.ndarray:
+        """Combined (query, doc) keys; -1 where the query or doc holds no evidence."""
+        qc = np.fromiter((self.query_codes.get(q, -1) for q in query_ids), dtype=np.int64, count=len(query_ids))
+        dc = np.fromiter((self.doc_codes.get(d, -1) for d in doc_ids), dtype=np.int64, count=len(doc_ids))
+        return np.where((qc >= 0) & (dc >= 0), qc * self.n_docs + dc, -1)
+
+    def grades(self, query_ids: Sequence[str], doc_ids: Sequence[str], starts, ends,
+               rule: str | HitRule = "any_overlap") -> tuple[np.ndarray, np.ndarray]:
+        """Grade and judged flag for each unit (parallel sequences of query, doc, start, end)."""
+        return self.grades_for_keys(self.encode(query_ids, doc_ids), starts, ends, rule)
+
+    def grades_for_keys(self, keys: np.ndarray, starts, ends, rule: str | HitRule = "any_overlap"):
+        rule = HitRule.parse(rule)
+        keys = np.asarray(keys, dtype=np.int64)
+        us = np.asarray(starts, dtype=np.int64)
+        ue = np.asarray(ends, dtype=np.int64)
+        n = len(keys)
+        grade = np.zeros(n, dtype=np.float64)
+        judged = np.zeros(n, dtype=bool)
+        if n == 0 or len(self.key) == 0:
+            return grade, judged
+        if rule.kind == "doc":
+            pos = np.searchsorted(self._doc_key, keys)
+            pos_c = np.minimum(pos, len(self._doc_key) - 1)
+            hit = (keys >= 0) & (self._doc_key[pos_c] == keys)
+            grade[hit] = self._doc_max[pos_c[hit]]
+            return grade, hit
+        lo = np.searchsorted(self.key, keys, side="left")
+        # evidence of the same (query, doc) that starts before the unit ends: sorted by start within a key
+        hi = lo + _count_before(self.key, self.start, keys, ue, lo)
+        hi[keys < 0] = lo[keys < 0]
+        width = int((hi - lo).max()) if n else 0
+        for j in range(width):
+            idx = lo + j
+            live = idx < hi
+            ii = np.where(live, idx, 0)
+            es, ee = self.start[ii], self.end[ii]
+            overlap = np.minimum(ee, ue) - np.maximum(es, us)
+            if rule.kind == "any_overlap":
+                hit = live & (overlap > 0)
+            else:
+                hit = live & (overlap > 0) & (overlap >= rule.fraction * (ee - es) - 1e-9)
+            judged |= hit
+            grade = np.where(hit, np.maximum(grade, self.grade[ii]), grade)
+        return grade, judged
+
+
+def _count_before(key: np.ndarray, start: np.ndarray, qkeys: np.ndarray, qend: np.ndarray,
+                  lo: np.ndarray) -> np.ndarray:
+    """For each query (key, end): how many evidence rows of that key start before `end`."""
+    hi_key = np.searchsorted(key, qkeys, side="right")
+    # binary search within [lo, hi_key) on start < end, vectorized over all units
+    left, right = lo.copy(), hi_key.copy()
+    while True:
+        active = left < right
+        if not active.any():
+            break
+        mid = (left + right) // 2
+        mid_c = np.minimum(mid, len(start) - 1)
+        go_right = active & (start[mid_c] < qend)
+        go_left = active & ~go_right
+        left = np.where(go_right, mid + 1, left)
+        right = np.where(go_left, mid, right)
+    return left - lo
+
+
+def derive_grades(golden: GoldenSet, query_ids: Sequence[str], doc_ids: Sequence[str], starts, ends,
+                  rule: str | HitRule = "any_overlap") -> tuple[np.ndarray, np.ndarray]:
+    """One-shot convenience: build an :class:`EvidenceIndex` and grade the units."""
+    return EvidenceIndex(golden).grades(query_ids, doc_ids, starts, ends, rule)

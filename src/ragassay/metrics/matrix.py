@@ -1,0 +1,100 @@
+"""The padded grade matrix every ranking metric reduces over.
+
+A run over Q queries becomes ``grades`` (Q x D, the grade of the document at each rank, NaN = unjudged or past
+the end of the ranking), ``lengths`` (how many ranks each query really has), and ``judged`` (Q x J, every
+judged grade of the query from the labels, sorted descending, NaN padded). Relevant counts and ideal gains come
+from ``judged``, never from the ranking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ragassay.errors import InputError
+
+
+def pad_ragged(values: np.ndarray, lengths: np.ndarray, width: int | None = None) -> np.ndarray:
+    """Scatter a flat array cut into rows of ``lengths`` into a NaN-padded (rows x width) float matrix."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    width = int(lengths.max(initial=0)) if width is None else width
+    out = np.full((len(lengths), width), np.nan)
+    if values.size:
+        starts = np.cumsum(lengths) - lengths
+        row = np.repeat(np.arange(len(lengths)), lengths)
+        col = np.arange(values.size) - np.repeat(starts, lengths)
+        out[row, col] = values
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class GradeMatrix:
+    """Grades of a whole run, ready for vectorized metrics (see module docstring)."""
+
+    query_ids: np.ndarray
+    grades: np.ndarray
+    lengths: np.ndarray
+    judged: np.ndarray
+    missing: np.ndarray
+    ties: str = "given"
+
+    def __post_init__(self) -> None:
+        q = len(self.query_ids)
+        if self.grades.ndim != 2 or self.grades.shape[0] != q:
+            raise InputError(f"grades must be (queries x depth) with {q} rows, got shape {self.grades.shape}")
+        if self.judged.ndim != 2 or self.judged.shape[0] != q:
+            raise InputError(f"judged must be (queries x J) with {q} rows, got shape {self.judged.shape}")
+        if self.lengths.shape != (q,) or self.missing.shape != (q,):
+            raise InputError("lengths and missing must have one entry per query")
+        if np.any(self.lengths > self.grades.shape[1]) or np.any(self.lengths < 0):
+            raise InputError("lengths must lie between 0 and the matrix depth")
+
+    @property
+    def n_queries(self) -> int:
+        return len(self.query_ids)
+
+    @property
+    def depth(self) -> int:
+        return self.grades.shape[1]
+
+    @property
+    def valid(self) -> np.ndarray:
+        """Boolean (Q x D): True where a rank holds a returned document."""
+        return np.arange(self.depth)[None, :] < self.lengths[:, None]
+
+    @classmethod
+    def from_lists(
+        cls,
+        query_ids: Sequence[str],
+        ranked_grades: Sequence[Sequence[float]],
+        judged_grades: Sequence[Sequence[float]],
+        missing: Sequence[bool] | None = None,
+    ) -> GradeMatrix:
+        """Build from per-query lists: the grade at each rank (NaN/None = unjudged) and all judged grades.
+
+        ``missing`` marks queries the system returned nothing for (scored as empty rankings and counted).
+        """
+        n = len(query_ids)
+        if len(ranked_grades) != n or len(judged_grades) != n:
+            raise InputError(
+                f"from_lists: {n} query ids but {len(ranked_grades)} rankings and {len(judged_grades)} label lists"
+            )
+        r_len = np.fromiter((len(r) for r in ranked_grades), dtype=np.int64, count=n)
+        j_len = np.fromiter((len(j) for j in judged_grades), dtype=np.int64, count=n)
+        r_flat = np.array([np.nan if g is None else g for r in ranked_grades for g in r], dtype=np.float64)
+        j_flat = np.array([np.nan if g is None else g for j in judged_grades for g in j], dtype=np.float64)
+        if np.isnan(j_flat).any():
+            raise InputError("from_lists: judged grades must be numbers (a judged document has a grade)")
+        judged = -np.sort(-pad_ragged(j_flat, j_len), axis=1)
+        miss = np.zeros(n, dtype=bool) if missing is None else np.asarray(missing, dtype=bool)
+        if miss.shape != (n,):
+            raise InputError(f"from_lists: missing must have {n} entries")
+        return cls(
+            query_ids=np.asarray(query_ids, dtype=object),
+            grades=pad_ragged(r_flat, r_len),
+            lengths=r_len,
+            judged=judged,
+            missing=miss,
+        )

@@ -1,0 +1,99 @@
+"""The lexical analyzer shared by the BM25 branch, the lexical reranker and the extractive generator.
+
+Terms are runs of two or more word characters (the scikit-learn / bm25s default pattern), optionally
+lower-cased, stop-worded (bm25s word lists) and stemmed (Snowball via PyStemmer). The options are part of
+the pipeline config, so they are recorded in every run header: analyzer choice moves BM25 a lot.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+import bm25s.stopwords as _sw
+import Stemmer
+
+_TERM = re.compile(r"(?u)\b\w\w+\b")
+_STOPWORDS = {
+    "en": _sw.STOPWORDS_EN,
+    "english": _sw.STOPWORDS_EN,
+    "en_plus": _sw.STOPWORDS_EN_PLUS,
+    "de": _sw.STOPWORDS_GERMAN,
+    "fr": _sw.STOPWORDS_FRENCH,
+    "es": _sw.STOPWORDS_SPANISH,
+    "it": _sw.STOPWORDS_ITALIAN,
+    "nl": _sw.STOPWORDS_DUTCH,
+    "pt": _sw.STOPWORDS_PORTUGUESE,
+}
+
+
+class Analyzer:
+    """text -> list of terms. ``stemmer`` is a PyStemmer language name or None; ``stopwords`` a list key."""
+
+    def __init__(self, lowercase: bool = True, stemmer: str | None = "english", stopwords: str | None = "en"):
+        if stopwords is not None and stopwords not in _STOPWORDS:
+            raise ValueError(f"unknown stopword list {stopwords!r}; use one of {sorted(_STOPWORDS)} or null")
+        if stemmer is not None and stemmer not in Stemmer.algorithms():
+            raise ValueError(f"unknown stemmer {stemmer!r}; use one of {Stemmer.algorithms()} or null")
+        self.lowercase = lowercase
+        self.stemmer_name = stemmer
+        self.stopwords_name = stopwords
+        self._stop = frozenset(_STOPWORDS[stopwords]) if stopwords else frozenset()
+        self._stemmer = Stemmer.Stemmer(stemmer) if stemmer else None
+
+    @property
+    def name(self) -> str:
+        return f"re-w2+;lower={self.lowercase};stem={self.stemmer_name};stop={self.stopwords_name}"
+
+    def __call__(self, text: str) -> list[str]:
+        if self.lowercase:
+            text = text.lower()
+        terms = [t for t in _TERM.findall(text) if t not in self._stop]
+        return self._stemmer.stemWords(terms) if self._stemmer else terms
+
+
+class TermStats:
+    """Document frequencies over a collection of term lists, for IDF weights.
+
+    idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5)) (the BM25 / Lucene form, always positive).
+    """
+
+    def __init__(self, docs: Iterable[list[str]]):
+        df: Counter[str] = Counter()
+        n = 0
+        for terms in docs:
+            n += 1
+            df.update(set(terms))
+        self.n = n
+        self.df = df
+        self._idf = {t: self._formula(d) for t, d in df.items()}
+        self._unseen = self._formula(0)
+
+    def _formula(self, d: int) -> float:
+        return math.log(1.0 + (self.n - d + 0.5) / (d + 0.5))
+
+    def idf(self, term: str) -> float:
+        return self._idf.get(term, self._unseen)
+
+    def query_weights(self, query_terms: list[str]) -> dict[str, float]:
+        """idf weight of each distinct query term (computed once per query, reused for every text)."""
+        return {t: self.idf(t) for t in set(query_terms)}
+
+
+def coverage(query_terms: list[str], text_terms: set[str], stats: TermStats) -> float:
+    """IDF-weighted share of the distinct query terms present in a text, in [0, 1].
+
+    coverage = sum_{t in Q and T} idf(t) / sum_{t in Q} idf(t). A query with no terms scores 0. Terms unseen
+    in the collection get the highest idf, so a question about something absent scores low.
+    """
+    return weighted_coverage(stats.query_weights(query_terms), text_terms)
+
+
+def weighted_coverage(weights: dict[str, float], text_terms: set[str] | frozenset[str]) -> float:
+    """:func:`coverage` with the query's idf weights precomputed."""
+    total = sum(weights.values())
+    if total <= 0:
+        return 0.0
+    return sum(w for t, w in weights.items() if t in text_terms) / total

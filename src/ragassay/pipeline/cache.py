@@ -1,0 +1,133 @@
+"""On-disk embedding cache keyed by (embedder name, sha256 of the exact embedded text).
+
+Layout: ``<cache_dir>/embeddings/<embedder slug>/<namespace>/vectors.npy`` plus ``manifest.json`` listing
+the text hash and the embedder's token length of every row. The namespace is the chunker-config sha for
+passages and ``queries`` for questions, so a sweep that keeps the chunking (or re-chunks to partly the same
+texts) embeds only what is new. Writes go to a temp file and ``os.replace`` so a crash cannot corrupt it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+
+def text_sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _save_npy(path: str, arr: np.ndarray) -> None:
+    # np.save on a name would append '.npy' to the temp name; write through a handle instead.
+    with open(path, "wb") as fh:
+        np.save(fh, arr)
+
+
+class EmbeddingCache:
+    """Vectors and token lengths for texts, computing only the misses.
+
+    The store is read once, kept in memory, and written back by :meth:`flush` (the pipeline flushes after
+    indexing and after a run), so per-query lookups cost a dict probe, not a disk read.
+    """
+
+    def __init__(self, root: str | Path | None, embedder_name: str, namespace: str):
+        self.dir = None
+        if root is not None:
+            slug = re.sub(r"[^A-Za-z0-9._-]+", "_", embedder_name)
+            self.dir = Path(root) / "embeddings" / slug / namespace
+        self.hits = 0
+        self.misses = 0
+        self._index: dict[str, int] | None = None
+        self._blocks: list[np.ndarray] = []
+        self._vecs: np.ndarray | None = None
+        self._lens: list[int] = []
+        self._dirty = False
+
+    def _load(self) -> None:
+        self._index = {}
+        if self.dir is None or not (self.dir / "manifest.json").is_file():
+            return
+        try:
+            man = json.loads((self.dir / "manifest.json").read_text(encoding="utf-8"))
+            vecs = np.load(self.dir / "vectors.npy")
+        except (OSError, ValueError, KeyError):
+            # A damaged cache is rebuilt, not trusted.
+            return
+        if vecs.ndim != 2 or vecs.shape[0] != len(man.get("hashes", ())) or len(man.get("lengths", ())) != vecs.shape[0]:
+            return
+        self._index = {h: i for i, h in enumerate(man["hashes"])}
+        self._vecs = vecs
+        self._lens = [int(x) for x in man["lengths"]]
+
+    def _matrix(self) -> np.ndarray:
+        if self._blocks:
+            parts = ([self._vecs] if self._vecs is not None else []) + self._blocks
+            self._vecs = np.vstack(parts)
+            self._blocks = []
+        assert self._vecs is not None
+        return self._vecs
+
+    def get(
+        self,
+        texts: list[str],
+        embed: Callable[[list[str]], np.ndarray],
+        lengths: Callable[[list[str]], np.ndarray],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(vectors float32 (n, dim), token lengths int64 (n,)) for ``texts``, in order."""
+        if self._index is None:
+            self._load()
+        index = self._index
+        assert index is not None
+        hashes = [text_sha(t) for t in texts]
+        missing: list[tuple[str, int]] = []
+        fresh: set[str] = set()
+        for i, h in enumerate(hashes):
+            if h not in index and h not in fresh:
+                fresh.add(h)
+                missing.append((h, i))
+        self.misses += len(missing)
+        self.hits += len(texts) - sum(1 for h in hashes if h in fresh)
+        if missing:
+            new_texts = [texts[i] for _, i in missing]
+            new_vecs = np.asarray(embed(new_texts), dtype=np.float32)
+            base = len(self._lens)
+            self._lens.extend(int(x) for x in lengths(new_texts))
+            for j, (h, _) in enumerate(missing):
+                index[h] = base + j
+            self._blocks.append(new_vecs)
+            self._dirty = True
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32), np.zeros(0, dtype=np.int64)
+        rows = np.fromiter((index[h] for h in hashes), dtype=np.int64, count=len(hashes))
+        return self._matrix()[rows], np.asarray(self._lens, dtype=np.int64)[rows]
+
+    def flush(self) -> None:
+        """Write new vectors to disk (atomically); a no-op without a cache dir or without new vectors."""
+        if self.dir is None or not self._dirty or self._index is None:
+            return
+        vecs = self._matrix()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        hashes = [h for h, _ in sorted(self._index.items(), key=lambda kv: kv[1])]
+        _atomic_write(self.dir / "vectors.npy", lambda p: _save_npy(p, vecs))
+        man = {"hashes": hashes, "lengths": self._lens, "dim": int(vecs.shape[1])}
+        _atomic_write(self.dir / "manifest.json",
+                      lambda p: Path(p).write_text(json.dumps(man), encoding="utf-8"))
+        self._dirty = False

@@ -1,0 +1,326 @@
+"""The reference RAG pipeline: chunk -> BM25 / dense branches -> fusion -> rerank -> pack -> generate.
+
+Indexes are built once per :class:`Pipeline` (timed into the run header); each query then emits one
+:class:`~ragassay.trace.schema.Trace` with every stage's output and per-stage wall time in ms
+(``bm25``, ``dense``, ``fusion``, ``rerank``, ``pack``, ``generate``, ``total``). The three depths are
+config values: ``bm25.depth`` / ``dense.depth`` (branch_depth), ``fusion.depth`` (fusion_depth) and
+``reranker.final_k`` (how many ranked units are offered to the packer; the budget may take fewer).
+In oracle mode retrieval is skipped and the packed context is exactly the query's golden evidence spans
+of grade >= 2 (empty for a query without such evidence), with no token budget applied.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from ragassay.errors import InputError
+from ragassay.pipeline.analyzer import Analyzer, TermStats
+from ragassay.pipeline.cache import EmbeddingCache
+from ragassay.pipeline.chunkers import Chunk, chunk_corpus
+from ragassay.pipeline.config import PipelineConfig, load_config, parse_config
+from ragassay.pipeline.embedders import Embedder, make_embedder
+from ragassay.pipeline.fusion import rrf, weighted
+from ragassay.pipeline.generator import ExtractiveGenerator, Generator
+from ragassay.pipeline.index import build_index
+from ragassay.pipeline.packer import pack
+from ragassay.pipeline.rerank import (
+    CrossEncoderReranker,
+    EmbeddingReranker,
+    LexicalReranker,
+    Reranker,
+    rerank_order,
+)
+from ragassay.pipeline.tokens import TOKEN_COUNTER_NAME, count_tokens
+from ragassay.trace.schema import RunHeader, Trace, Unit, config_sha, make_trace_id
+
+ORACLE_MIN_GRADE = 2
+
+
+class QueryLike(Protocol):
+    query_id: str
+    question: str
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0
+
+
+class Pipeline:
+    """A configured reference pipeline over one corpus; build once, run many queries."""
+
+    def __init__(
+        self,
+        cfg: PipelineConfig,
+        corpus: Any,
+        *,
+        embedder: Embedder | None = None,
+        reranker: Reranker | None = None,
+        generator: Generator | None = None,
+    ):
+        self.cfg = cfg
+        self.corpus = corpus
+        self.config = cfg.hashed()
+        self.config_sha = config_sha(self.config)
+        self.build_ms: dict[str, float] = {}
+        self.stats: dict[str, Any] = {}
+        self._embedder = embedder
+        self._reranker = reranker
+        self._generator = generator
+        self._build()
+
+    @classmethod
+    def from_config(cls, cfg: PipelineConfig | dict | str | Path, corpus: Any, **kw: Any) -> Pipeline:
+        if isinstance(cfg, (str, Path)):
+            cfg = load_config(cfg)
+        elif isinstance(cfg, dict):
+            cfg = parse_config(cfg)
+        return cls(cfg, corpus, **kw)
+
+    # ---- build -------------------------------------------------------------------------------------
+    def _build(self) -> None:
+        cfg = self.cfg
+        t = time.perf_counter()
+        texts = {d.doc_id: d.text for d in self.corpus.docs.values()}
+        self.chunks: list[Chunk] = chunk_corpus(texts, cfg.chunker.kind, cfg.chunker.size, cfg.chunker.overlap)
+        self.by_id = {c.unit_id: i for i, c in enumerate(self.chunks)}
+        self.build_ms["chunk"] = _ms(t)
+        if not self.chunks:
+            raise InputError("the corpus produced no chunks (all documents empty); check the corpus path")
+        self.stats.update(n_chunks=len(self.chunks),
+                          chunk_tokens_mean=float(np.mean([c.tokens for c in self.chunks])),
+                          chunker_sha=config_sha(cfg.chunker.model_dump(mode="json")))
+
+        t = time.perf_counter()
+        b = cfg.bm25
+        self.analyzer = Analyzer(lowercase=b.lowercase, stemmer=b.stemmer, stopwords=b.stopwords)
+        chunk_terms = [self.analyzer(c.text) for c in self.chunks]
+        self.term_stats = TermStats(chunk_terms)
+        self.build_ms["analyze"] = _ms(t)
+        self.stats["analyzer"] = self.analyzer.name
+
+        self.bm25 = None
+        if b.enabled and not cfg.oracle:
+            import bm25s
+
+            t = time.perf_counter()
+            self.bm25 = bm25s.BM25(k1=b.k1, b=b.b)
+            # An all-stopword chunk would have no terms; an empty-string term keeps it indexable and unmatched.
+            self.bm25.index([terms or [""] for terms in chunk_terms], show_progress=False)
+            self.build_ms["bm25_index"] = _ms(t)
+            self.stats["bm25_vocab"] = len(self.bm25.vocab_dict)
+
+        self.dense_index = None
+        self.passage_cache = self.query_cache = None
+        need_vectors = (cfg.dense.enabled and not cfg.oracle) or (
+            cfg.reranker.kind == "embedding" and not cfg.oracle)
+        if need_vectors:
+            d = cfg.dense
+            if self._embedder is None:
+                self._embedder = make_embedder(d.embedder, max_tokens=d.max_tokens, batch_size=d.batch_size)
+            emb = self._embedder
+            self.passage_cache = EmbeddingCache(cfg.cache_dir, emb.name, "passages-" + self.stats["chunker_sha"][:16])
+            self.query_cache = EmbeddingCache(cfg.cache_dir, emb.name, "queries")
+        if cfg.dense.enabled and not cfg.oracle:
+            d, emb = cfg.dense, self._embedder
+            t = time.perf_counter()
+            vecs, lens = self.passage_cache.get([d.passage_prefix + c.text for c in self.chunks],
+                                                emb.embed_passages, emb.token_lengths)
+            self.passage_cache.flush()
+            self.build_ms["embed"] = _ms(t)
+            t = time.perf_counter()
+            self.dense_index = build_index(vecs, d.index, d.hnsw_m, d.ef_construction, d.ef_search)
+            self.build_ms["dense_index"] = _ms(t)
+            self.stats.update(embedder=emb.name, embedder_max_tokens=int(emb.max_tokens),
+                              truncated_chunks=int((lens > emb.max_tokens).sum()),
+                              truncated_fraction=float((lens > emb.max_tokens).mean()),
+                              embed_cache_hits=self.passage_cache.hits,
+                              embed_cache_misses=self.passage_cache.misses,
+                              index=d.index)
+
+        rk = cfg.reranker
+        if self._reranker is None and not cfg.oracle:
+            if rk.kind == "lexical":
+                self._reranker = LexicalReranker(self.analyzer, self.term_stats)
+            elif rk.kind == "embedding":
+                emb = self._embedder
+                if rk.model and rk.model != cfg.dense.embedder:
+                    emb = make_embedder(rk.model)
+                    self.rerank_passages = EmbeddingCache(cfg.cache_dir, emb.name,
+                                                          "passages-" + self.stats["chunker_sha"][:16])
+                    self.rerank_queries = EmbeddingCache(cfg.cache_dir, emb.name, "queries")
+                else:
+                    self.rerank_passages, self.rerank_queries = self.passage_cache, self.query_cache
+                self._reranker = EmbeddingReranker(emb, self.rerank_passages, self.rerank_queries,
+                                                   cfg.dense.query_prefix, cfg.dense.passage_prefix)
+            elif rk.kind == "cross-encoder":
+                self._reranker = CrossEncoderReranker(rk.model)
+        if self._reranker is not None:
+            self.stats["reranker"] = self._reranker.name
+        if self._generator is None:
+            g = cfg.generator
+            self._generator = ExtractiveGenerator(self.analyzer, self.term_stats, g.abstain_floor, g.max_sentences)
+        self.stats["generator"] = self._generator.name
+
+    # ---- per query ---------------------------------------------------------------------------------
+    def _unit(self, i: int, score: float, rank: int, with_text: bool = False) -> Unit:
+        # Units built from our own chunks are valid by construction; skipping re-validation keeps the
+        # per-query overhead (~150 units) far below the retrieval work itself.
+        c = self.chunks[i]
+        return Unit.model_construct(unit_id=c.unit_id, doc_id=c.doc_id, start=c.start, end=c.end,
+                                    score=float(score), rank=rank, text=c.text if with_text else None,
+                                    tokens=c.tokens)
+
+    def _bm25(self, question: str) -> list[tuple[int, float]]:
+        ids = self.bm25.get_tokens_ids(self.analyzer(question))
+        if not ids:
+            return []
+        scores = np.asarray(self.bm25.get_scores_from_ids(ids), dtype=np.float64)
+        hit = np.flatnonzero(scores > 0)
+        order = hit[np.lexsort((hit, -scores[hit]))][: self.cfg.bm25.depth]
+        return [(int(i), float(scores[i])) for i in order]
+
+    def _dense(self, question: str) -> list[tuple[int, float]]:
+        d, emb = self.cfg.dense, self._embedder
+        qv, _ = self.query_cache.get([d.query_prefix + question], emb.embed_queries, emb.token_lengths)
+        ids, scores = self.dense_index.search(qv, d.depth)
+        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
+
+    def _oracle_units(self, query: Any) -> list[Unit]:
+        units, seen = [], set()
+        for ev in getattr(query, "evidence", None) or []:
+            if ev.grade < ORACLE_MIN_GRADE or (ev.doc_id, ev.start, ev.end) in seen:
+                continue
+            seen.add((ev.doc_id, ev.start, ev.end))
+            text = self.corpus.docs[ev.doc_id].text[ev.start : ev.end]
+            units.append(Unit(unit_id=f"oracle:{ev.doc_id}:{ev.start}-{ev.end}", doc_id=ev.doc_id,
+                              start=ev.start, end=ev.end, score=float(ev.grade), rank=len(units) + 1,
+                              text=text, tokens=count_tokens(text)))
+        return units
+
+    def run_query(self, query: QueryLike, trial: int = 0) -> Trace:
+        """One trace; a stage that raises yields an ``error`` trace instead of stopping the run."""
+        t_all = time.perf_counter()
+        cfg, dur = self.cfg, {}
+        rec: dict[str, Any] = dict(trace_id=make_trace_id(self.config_sha, query.query_id, trial),
+                                   query_id=query.query_id, trial=trial, question=query.question)
+        try:
+            if cfg.oracle:
+                t = time.perf_counter()
+                packed = self._oracle_units(query)
+                rec.update(packed=packed, packed_tokens=sum(u.tokens for u in packed))
+                dur["pack"] = _ms(t)
+            else:
+                lists: dict[str, list[tuple[int, float]]] = {}
+                if self.bm25 is not None:
+                    t = time.perf_counter()
+                    lists["bm25"] = self._bm25(query.question)
+                    dur["bm25"] = _ms(t)
+                if self.dense_index is not None:
+                    t = time.perf_counter()
+                    lists["dense"] = self._dense(query.question)
+                    dur["dense"] = _ms(t)
+                t = time.perf_counter()
+                f = cfg.fusion
+                named = {b: [(self.chunks[i].unit_id, s) for i, s in items] for b, items in lists.items()}
+                if f.method == "rrf":
+                    fused = rrf({b: [u for u, _ in v] for b, v in named.items()}, k=f.k, depth=f.depth)
+                else:
+                    fused = weighted(named, f.weights, depth=f.depth)
+                dur["fusion"] = _ms(t)
+                rec["branches"] = {b: [self._unit(i, s, r) for r, (i, s) in enumerate(v, 1)]
+                                   for b, v in lists.items()}
+                fused_ix = [(self.by_id[u], s) for u, s in fused]
+                rec["fused"] = [self._unit(i, s, r) for r, (i, s) in enumerate(fused_ix, 1)]
+                offered = fused_ix
+                if self._reranker is not None:
+                    t = time.perf_counter()
+                    scores = self._reranker.score(query.question, [self.chunks[i].text for i, _ in fused_ix])
+                    order = rerank_order(scores)[: cfg.reranker.final_k]
+                    offered = [(fused_ix[j][0], float(scores[j])) for j in order]
+                    dur["rerank"] = _ms(t)
+                    rec["reranked"] = [self._unit(i, s, r) for r, (i, s) in enumerate(offered, 1)]
+                else:
+                    offered = offered[: cfg.reranker.final_k]
+                t = time.perf_counter()
+                kept, cut, used = pack(list(enumerate(offered, 1)), cfg.packer.budget_tokens,
+                                       lambda x: self.chunks[x[1][0]].tokens, cfg.packer.policy)
+                rec.update(packed=[self._unit(i, s, r, with_text=True) for r, (i, s) in kept],
+                           cut=[self._unit(i, s, r) for r, (i, s) in cut], packed_tokens=used)
+                dur["pack"] = _ms(t)
+            t = time.perf_counter()
+            gen = self._generator.generate(query.question, rec["packed"])
+            dur["generate"] = _ms(t)
+            rec.update(answer=gen.answer, citations=gen.citations, outcome=gen.outcome,
+                       tokens_in=gen.tokens_in, tokens_out=gen.tokens_out, cost=gen.cost)
+            if "best_support" in gen.details:
+                rec["meta"] = {"best_support": gen.details["best_support"]}
+        except Exception as exc:  # noqa: BLE001 - one failing query must not end a run; it is recorded
+            rec = {k: rec[k] for k in ("trace_id", "query_id", "trial", "question")}
+            rec.update(outcome="error", error=f"{type(exc).__name__}: {exc}")
+        dur["total"] = _ms(t_all)
+        rec["durations_ms"] = dur
+        return Trace(**rec)
+
+    # ---- whole runs --------------------------------------------------------------------------------
+    def header(self, dataset_version: str | None = None, run_name: str | None = None) -> RunHeader:
+        return RunHeader(run_name=run_name or self.cfg.name, source="reference-pipeline", config=self.config,
+                         config_sha=self.config_sha, corpus_digest=getattr(self.corpus, "digest", None),
+                         dataset_version=dataset_version, token_counter=TOKEN_COUNTER_NAME,
+                         durations_ms=dict(self.build_ms), stats=dict(self.stats))
+
+    def run(
+        self,
+        queries: Iterable[QueryLike],
+        trials: int = 1,
+        progress: bool = True,
+        dataset_version: str | None = None,
+        run_name: str | None = None,
+    ) -> tuple[RunHeader, list[Trace]]:
+        """Run every query ``trials`` times; returns the run header and the traces in (trial, query) order."""
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        queries = list(queries)
+        if trials < 1:
+            raise ValueError("trials must be at least 1")
+        out: list[Trace] = []
+        cols = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        with Progress(*cols, transient=True, disable=not progress) as bar:
+            task = bar.add_task(self.cfg.name, total=len(queries) * trials)
+            for trial in range(trials):
+                for q in queries:
+                    out.append(self.run_query(q, trial))
+                    bar.advance(task)
+        for c in (self.query_cache, getattr(self, "rerank_queries", None), getattr(self, "rerank_passages", None)):
+            if c is not None:
+                c.flush()
+        if self.query_cache is not None:
+            self.stats.update(query_cache_hits=self.query_cache.hits, query_cache_misses=self.query_cache.misses)
+        self.stats["outcomes"] = {k: sum(1 for t in out if t.outcome == k)
+                                  for k in ("answered", "abstained", "refused", "error")}
+        return self.header(dataset_version, run_name), out
+
+
+def run_pipeline(
+    config_path: str | Path,
+    corpus: Any,
+    golden: Any,
+    *,
+    trials: int = 1,
+    progress: bool = True,
+    out: str | Path | None = None,
+) -> tuple[RunHeader, list[Trace]]:
+    """Load a config, build the pipeline, run every golden query; optionally write the trace file."""
+    pipe = Pipeline.from_config(config_path, corpus)
+    queries: Sequence[Any] = getattr(golden, "queries", golden)
+    header, traces = pipe.run(queries, trials=trials, progress=progress,
+                              dataset_version=getattr(golden, "dataset_version", None))
+    if out is not None:
+        from ragassay.trace.io import write_traces
+
+        write_traces(out, header, traces)
+    return header, traces

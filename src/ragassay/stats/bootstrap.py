@@ -1,0 +1,344 @@
+"""Paired and clustered bootstrap of mean differences for many metrics at once.
+
+The resampling is matrix algebra: a chunk of resamples is a (chunk x units) matrix ``W`` of multinomial
+counts (how often each unit was drawn), and the resampled means of every metric are ``(W @ S) / (W @ c)``
+where ``S`` holds per-unit sums of the differences and ``c`` per-unit item counts. For an item bootstrap a
+unit is one item (``c = 1``); for a clustered bootstrap a unit is a cluster. Memory is bounded by the chunk,
+so 100,000 items run in well under 2 GB.
+
+Reference: Efron & Tibshirani, *An Introduction to the Bootstrap* (1993), ch. 13-14 (percentile and BCa
+intervals), ch. 16 (bootstrap tests); Field & Welsh (2007) for the cluster bootstrap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from scipy.special import ndtr, ndtri
+
+from ragassay.errors import InputError
+from ragassay.stats._validate import as_float_matrix, as_rng, check_prob, metric_names, same_length
+
+Method = Literal["percentile", "bca"]
+
+# Bytes allowed for one chunk of resample draws + weights; keeps n = 100,000 far below 2 GB.
+_CHUNK_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class MetricDelta:
+    """Bootstrap summary of the paired difference (B - A) for one metric.
+
+    ``defined`` is False when no interval can be formed (all pairs NaN, fewer than two items or clusters);
+    ``reason`` then says why, and the interval and p-value are NaN on purpose.
+    """
+
+    metric: str
+    n: int
+    n_excluded: int
+    delta: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    wins: int
+    losses: int
+    ties: int
+    n_clusters: int | None = None
+    defined: bool = True
+    reason: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "metric": self.metric,
+            "n": self.n,
+            "n_excluded": self.n_excluded,
+            "n_clusters": self.n_clusters,
+            "delta": self.delta,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "p_value": self.p_value,
+            "wins": self.wins,
+            "losses": self.losses,
+            "ties": self.ties,
+            "defined": self.defined,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class BootstrapResult:
+    """Per-metric results plus the settings that produced them (enough to reproduce the run)."""
+
+    metrics: tuple[MetricDelta, ...]
+    n_resamples: int
+    confidence: float
+    method: str
+    seed: int | None
+    tie_tol: float
+    clustered: bool
+    distribution: np.ndarray | None = field(default=None, repr=False)
+
+    def __getitem__(self, name: str) -> MetricDelta:
+        for r in self.metrics:
+            if r.metric == name:
+                return r
+        raise KeyError(f"no metric named {name!r}; have {[r.metric for r in self.metrics]}")
+
+    def __len__(self) -> int:
+        return len(self.metrics)
+
+    def __iter__(self):
+        return iter(self.metrics)
+
+    @property
+    def n_undefined(self) -> int:
+        return sum(not r.defined for r in self.metrics)
+
+    def to_dict(self) -> dict:
+        return {
+            "n_resamples": self.n_resamples,
+            "confidence": self.confidence,
+            "method": self.method,
+            "seed": self.seed,
+            "tie_tol": self.tie_tol,
+            "clustered": self.clustered,
+            "n_undefined": self.n_undefined,
+            "metrics": [r.to_dict() for r in self.metrics],
+        }
+
+
+def resample_counts(rng: np.random.Generator, k: int, rows: int) -> np.ndarray:
+    """(rows, k) float32 multinomial(k, 1/k) counts: row r says how often each unit is drawn in resample r.
+
+    Drawing k uniform integers and counting them row by row is several times faster than
+    ``rng.multinomial`` with k categories and gives exactly the same distribution.
+    """
+    draws = rng.integers(0, k, size=(rows, k), dtype=np.int32)
+    w = np.empty((rows, k), dtype=np.float32)
+    for r in range(rows):
+        w[r] = np.bincount(draws[r], minlength=k)
+    return w
+
+
+def _chunk_rows(k: int, chunk_size: int) -> int:
+    return int(max(1, min(chunk_size, _CHUNK_BYTES // (8 * k))))
+
+
+def _boot_centered(
+    s: np.ndarray, c: np.ndarray, n_resamples: int, rng: np.random.Generator, chunk_size: int
+) -> np.ndarray:
+    """Resampled (mean - observed mean) for each column of the centered unit sums ``s``.
+
+    ``s`` is (k, m) float32 with column sums zero, ``c`` is (k,) unit sizes; returns (R, m) float64.
+    Centering first keeps float32 products accurate: only deviations are accumulated.
+    """
+    k = s.shape[0]
+    out = np.empty((n_resamples, s.shape[1]), dtype=np.float64)
+    rows = _chunk_rows(k, chunk_size)
+    unit_sizes_equal = bool(np.all(c == c[0]))
+    for start in range(0, n_resamples, rows):
+        stop = min(start + rows, n_resamples)
+        w = resample_counts(rng, k, stop - start)
+        num = w @ s
+        den = float(k * c[0]) if unit_sizes_equal else (w @ c)[:, None]
+        out[start:stop] = num / den
+    return out
+
+
+def _jackknife_accel(s: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """BCa acceleration from leave-one-unit-out means (Efron 1987, eq. 6.6)."""
+    tot_s = s.sum(axis=0)
+    tot_c = c.sum()
+    theta = (tot_s[None, :] - s) / (tot_c - c)[:, None]
+    dev = theta.mean(axis=0)[None, :] - theta
+    num = (dev**3).sum(axis=0)
+    den = 6.0 * (dev**2).sum(axis=0) ** 1.5
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / den, 0.0)
+
+
+def _intervals(
+    boots: np.ndarray, obs: np.ndarray, accel: np.ndarray | None, confidence: float
+) -> tuple[np.ndarray, np.ndarray]:
+    alpha = (1.0 - confidence) / 2.0
+    if accel is None:
+        lo = np.quantile(boots, alpha, axis=0)
+        hi = np.quantile(boots, 1 - alpha, axis=0)
+        return lo, hi
+    r = boots.shape[0]
+    # Share of resamples below the estimate, ties counted half (as scipy does); clipped so a one-sided
+    # distribution gives the most extreme finite bias correction instead of an infinite one.
+    prop = ((boots < obs).sum(axis=0) + (boots <= obs).sum(axis=0)) / (2.0 * r)
+    prop = np.clip(prop, 0.5 / r, 1 - 0.5 / r)
+    z0 = ndtri(prop)
+    lo_pct, hi_pct = [], []
+    for z_alpha in (ndtri(alpha), ndtri(1 - alpha)):
+        adj = z0 + (z0 + z_alpha) / (1 - accel * (z0 + z_alpha))
+        (lo_pct if z_alpha < 0 else hi_pct).append(ndtr(adj))
+    lo = np.array([np.quantile(boots[:, j], lo_pct[0][j]) for j in range(boots.shape[1])])
+    hi = np.array([np.quantile(boots[:, j], hi_pct[0][j]) for j in range(boots.shape[1])])
+    return lo, hi
+
+
+def _check_settings(
+    n_resamples: int, confidence: float, method: str, tie_tol: float, chunk_size: int
+) -> None:
+    if int(n_resamples) != n_resamples or n_resamples < 1:
+        raise InputError(f"n_resamples must be a positive integer, got {n_resamples}")
+    check_prob(confidence, "confidence")
+    if method not in ("percentile", "bca"):
+        raise InputError(f"method must be 'percentile' or 'bca', got {method!r}")
+    if not tie_tol >= 0:
+        raise InputError(f"tie_tol must be >= 0, got {tie_tol}")
+    if int(chunk_size) != chunk_size or chunk_size < 1:
+        raise InputError(f"chunk_size must be a positive integer, got {chunk_size}")
+
+
+def bootstrap_deltas(
+    diffs,
+    *,
+    metrics: Sequence[str] | None = None,
+    clusters=None,
+    n_resamples: int = 10_000,
+    confidence: float = 0.95,
+    method: Method = "percentile",
+    seed: int | np.random.Generator | None = 0,
+    tie_tol: float = 0.0,
+    chunk_size: int = 512,
+    return_distribution: bool = False,
+) -> BootstrapResult:
+    """Bootstrap the mean of per-item differences ``diffs`` (n items x m metrics, or 1-D for one metric).
+
+    Per metric: observed mean delta, a two-sided ``confidence`` interval (percentile, or BCa with jackknife
+    acceleration), a two-sided p-value for mean zero from the null-shifted bootstrap distribution,
+    p = (1 + #{|delta* - delta| >= |delta|}) / (R + 1), which is never 0, and wins / losses / ties where a
+    tie is |d| <= ``tie_tol``.
+
+    NaN: items with NaN for a metric are left out of that metric only (``n_excluded`` counts them); metrics
+    with the same set of valid items share the same resamples. A metric with fewer than 2 valid items (or
+    2 clusters) is returned with ``defined=False`` and a reason.
+
+    ``clusters``: one id per item; whole clusters are resampled with replacement and each resample's mean is
+    (sum of drawn cluster sums) / (sum of drawn cluster sizes), so correlated items (trials of one query,
+    queries from one document) are not counted as independent evidence.
+
+    Reproducible: the same ``seed`` and input give identical results; a metric's resamples depend only on
+    the seed and its own valid items, not on the other columns.
+    """
+    _check_settings(n_resamples, confidence, method, tie_tol, chunk_size)
+    d = as_float_matrix(diffs, "diffs")
+    n, m = d.shape
+    names = metric_names(metrics, m)
+    cluster_codes = None
+    if clusters is not None:
+        cl = np.asarray(clusters)
+        if cl.ndim != 1 or cl.shape[0] != n:
+            raise InputError(f"clusters: need one cluster id per item ({n}), got shape {cl.shape}")
+        if cl.dtype.kind == "f" and np.isnan(cl).any():
+            raise InputError("clusters: contains NaN ids; give every item a cluster id")
+        _, cluster_codes = np.unique(cl, return_inverse=True)
+
+    if isinstance(seed, np.random.Generator):
+        seed_seq = np.random.SeedSequence(int(seed.integers(2**63)))
+        seed_record = None
+    else:
+        as_rng(seed)  # validates the type with a clear error
+        seed_seq = np.random.SeedSequence(seed)
+        seed_record = seed
+    valid = ~np.isnan(d)
+    obs = np.full(m, np.nan)
+    lo = np.full(m, np.nan)
+    hi = np.full(m, np.nan)
+    pv = np.full(m, np.nan)
+    reasons: list[str | None] = [None] * m
+    n_clusters: list[int | None] = [None] * m
+    dist = np.full((n_resamples, m), np.nan) if return_distribution else None
+
+    patterns, group_of = np.unique(valid.T, axis=0, return_inverse=True)
+    group_of = np.asarray(group_of).reshape(-1)
+    for g, pattern in enumerate(patterns):
+        cols = np.flatnonzero(group_of == g)
+        rows = np.flatnonzero(pattern)
+        if rows.size == 0:
+            for j in cols:
+                reasons[j] = "no item has a value in both arms (all NaN)"
+            continue
+        dg = d[np.ix_(rows, cols)]
+        mean = dg.mean(axis=0)
+        obs[cols] = mean
+        if cluster_codes is None:
+            s = dg - mean
+            c = np.ones(rows.size)
+            k = rows.size
+        else:
+            _, codes = np.unique(cluster_codes[rows], return_inverse=True)
+            k = int(codes.max()) + 1
+            c = np.bincount(codes, minlength=k).astype(np.float64)
+            s = np.zeros((k, cols.size))
+            np.add.at(s, codes, dg - mean)
+            for j in cols:
+                n_clusters[j] = k
+        if k < 2:
+            unit = "cluster" if cluster_codes is not None else "item"
+            for j in cols:
+                reasons[j] = f"only one {unit} with a value: no variability to resample; need at least 2"
+            continue
+        rng = np.random.default_rng(seed_seq)
+        boots = _boot_centered(s.astype(np.float32), c.astype(np.float32), n_resamples, rng, chunk_size)
+        accel = _jackknife_accel(s, c) if method == "bca" else None
+        glo, ghi = _intervals(boots, np.zeros(cols.size), accel, confidence)
+        lo[cols] = glo + mean
+        hi[cols] = ghi + mean
+        # Null-shifted test: the centered distribution stands in for the sampling distribution under H0.
+        extreme = (np.abs(boots) >= np.abs(mean)[None, :]).sum(axis=0)
+        pv[cols] = (1.0 + extreme) / (n_resamples + 1.0)
+        if dist is not None:
+            dist[:, cols] = boots + mean
+
+    results = []
+    for j in range(m):
+        dj = d[valid[:, j], j]
+        results.append(
+            MetricDelta(
+                metric=names[j],
+                n=int(dj.size),
+                n_excluded=int(n - dj.size),
+                delta=float(obs[j]),
+                ci_low=float(lo[j]),
+                ci_high=float(hi[j]),
+                p_value=float(pv[j]),
+                wins=int((dj > tie_tol).sum()),
+                losses=int((dj < -tie_tol).sum()),
+                ties=int((np.abs(dj) <= tie_tol).sum()),
+                n_clusters=n_clusters[j],
+                defined=reasons[j] is None,
+                reason=reasons[j],
+            )
+        )
+    return BootstrapResult(
+        metrics=tuple(results),
+        n_resamples=int(n_resamples),
+        confidence=float(confidence),
+        method=method,
+        seed=seed_record,
+        tie_tol=float(tie_tol),
+        clustered=cluster_codes is not None,
+        distribution=dist,
+    )
+
+
+def paired_bootstrap(a, b, **kwargs) -> BootstrapResult:
+    """Paired bootstrap of B - A: ``a`` and ``b`` are (n items x m metrics) scores of two systems on the
+    same items in the same order (1-D for one metric). Keyword arguments as in :func:`bootstrap_deltas`."""
+    am = as_float_matrix(a, "a")
+    bm = as_float_matrix(b, "b")
+    same_length(am, bm, "a", "b")
+    return bootstrap_deltas(bm - am, **kwargs)
+
+
+def clustered_bootstrap(a, b, clusters, **kwargs) -> BootstrapResult:
+    """Paired bootstrap of B - A that resamples whole clusters (one id per item); see :func:`bootstrap_deltas`."""
+    return paired_bootstrap(a, b, clusters=clusters, **kwargs)
