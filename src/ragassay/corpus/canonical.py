@@ -13,10 +13,9 @@ sequence of four local rewrites, applied in this order:
    they are, so blank lines and paragraph structure survive.
 
 The offset map gives, for canonical character ``i``, the raw half-open range
-``[raw_starts[i], raw_ends[i])`` it came from. Deleted characters are attributed to a neighbour
-(spaces to the newline they stood next to, invisible characters to the character before them), so the
-raw slice of a canonical span covers everything in between; spaces and invisible characters at the
-document's start map to nothing, as do spaces at its end. Two properties hold and are tested:
+``[raw_starts[i], raw_ends[i])`` it came from. Spaces next to a newline are attributed to that
+newline; other deleted characters (invisible ones, spaces at the document's edges) map to nothing, and
+the raw slice of a canonical span still covers everything between its first and last character. Two properties hold and are tested:
 ``canonicalize(canonicalize(x)) == canonicalize(x)``, and for a canonical span ``[s, e)`` that does not
 split a combining sequence, ``canonicalize_fragment(raw[raw_starts[s]:raw_ends[e-1]]) == canonical[s:e]``
 (plain ``canonicalize`` gives the same when the span neither starts nor ends with a space).
@@ -49,25 +48,38 @@ def _mark_class() -> str:
     U+20000, which keeps this scan cheap (a test checks both facts against the whole code space).
     """
     category = unicodedata.category
-    marks = [c for c in map(chr, range(0x20000)) if category(c)[0] == "M"]
-    marks += [chr(c) for c in range(0x1161, 0x1176)] + [chr(c) for c in range(0x11A8, 0x11C3)]
-    return "[" + re.escape("".join(marks)) + "]"
+    cps = [c for c in range(0x20000) if category(chr(c))[0] == "M"]
+    cps = sorted(set(cps) | set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3)))
+    ranges, lo, prev = [], cps[0], cps[0]
+    for c in cps[1:] + [-1]:
+        if c != prev + 1:
+            ranges.append(re.escape(chr(lo)) + ("-" + re.escape(chr(prev)) if prev > lo else ""))
+            lo = c
+        prev = c
+    return "[" + "".join(ranges) + "]"  # ranges, not a list of characters: the regex engine scans them fast
 
 
 _MARK = _mark_class()
-# A whitespace character carrying a mark (a spacing accent) is text, not whitespace.
-_H_CLASS = f"(?:[{re.escape(_H)}](?!{_MARK}))"
-_NOT_INV = f"[^{_INVISIBLE}]"
-
-_RE_INVISIBLE = re.compile(
-    rf"\A[{_INVISIBLE}]+|({_NOT_INV})[{_INVISIBLE}]+", re.DOTALL
-)
+_RE_MARK = re.compile(_MARK)
+_RE_INVISIBLE = re.compile(f"[{_INVISIBLE}]+")
 _RE_NEWLINE = re.compile(_NEWLINES)
-_SPACE_AROUND_NEWLINE = rf"{_H_CLASS}+\n{_H_CLASS}*|\n{_H_CLASS}+"  # folds into the newline
-_SPACE_AT_EDGES = rf"\A{_H_CLASS}+|{_H_CLASS}+\Z"  # dropped
-_SPACE_RUNS = rf"{_H_CLASS}{{2,}}|(?:[{re.escape(_H.replace(' ', ''))}](?!{_MARK}))"  # runs and non-ASCII spaces -> " "
-_RE_SPACE = re.compile(f"{_SPACE_AROUND_NEWLINE}|{_SPACE_AT_EDGES}|{_SPACE_RUNS}")
-_RE_SPACE_FRAGMENT = re.compile(f"{_SPACE_AROUND_NEWLINE}|{_SPACE_RUNS}")
+
+
+def _space_patterns(h: str, other: str) -> tuple[re.Pattern, re.Pattern]:
+    """(document, fragment) patterns for horizontal whitespace `h` and its non-ASCII-space part `other`."""
+    around_newline = rf"{h}+\n{h}*|\n{h}+"  # folds into the newline
+    edges = rf"\A{h}+|{h}+\Z"  # dropped
+    runs = rf"{h}{{2,}}|{other}"  # runs and non-ASCII spaces -> " "
+    return (re.compile(f"(?=[{re.escape(_H)}\n])(?:{around_newline}|{edges}|{runs})"),
+            re.compile(f"(?=[{re.escape(_H)}\n])(?:{around_newline}|{runs})"))
+
+
+_H_PLAIN = f"[{re.escape(_H)}]"
+_H_OTHER = f"[{re.escape(_H.replace(' ', ''))}]"
+# Text without any mark (the common case) uses the plain, fast patterns; text with marks uses the
+# patterns in which a whitespace character carrying a mark (a spacing accent) is text, not whitespace.
+_RE_SPACE, _RE_SPACE_FRAGMENT = _space_patterns(_H_PLAIN, _H_OTHER)
+_RE_SPACE_M, _RE_SPACE_FRAGMENT_M = _space_patterns(f"(?:{_H_PLAIN}(?!{_MARK}))", f"(?:{_H_OTHER}(?!{_MARK}))")
 
 
 class _Map:
@@ -129,15 +141,11 @@ def _rewrite(text: str, pattern: re.Pattern, replace) -> _Map | None:
     return _Map("".join(pieces), np.concatenate(starts), np.concatenate(ends))
 
 
-def _invisible_out(m: re.Match) -> str:
-    return m.group(1) or ""
-
-
 def _space_out(m: re.Match) -> str:
     s = m.group(0)
     if "\n" in s:
         return "\n"
-    if m.re is _RE_SPACE and (m.start() == 0 or m.end() == len(m.string)):
+    if (m.re is _RE_SPACE or m.re is _RE_SPACE_M) and (m.start() == 0 or m.end() == len(m.string)):
         return ""
     return " "
 
@@ -186,19 +194,30 @@ def _nfc(text: str) -> _Map | None:
     return _Map("".join(pieces), np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
 
 
+def _has_mark(text: str) -> bool:
+    if text.isascii():  # O(1) for CPython's compact ASCII strings
+        return False
+    return any(_RE_MARK.match(c) for c in set(text))
+
+
+def _space_pattern(text: str, fragment: bool) -> re.Pattern:
+    if _has_mark(text):
+        return _RE_SPACE_FRAGMENT_M if fragment else _RE_SPACE_M
+    return _RE_SPACE_FRAGMENT if fragment else _RE_SPACE
+
+
 def canonicalize_with_map(raw: str, *, fragment: bool = False) -> tuple[str, np.ndarray, np.ndarray]:
     """Return ``(canonical, raw_starts, raw_ends)``; arrays are int64 of length ``len(canonical)``.
 
     ``fragment=True`` skips the removal of spaces at the text's edges: use it for a piece cut out of a
     document, whose edge spaces are interior spaces of the whole.
     """
-    space = _RE_SPACE_FRAGMENT if fragment else _RE_SPACE
     m = _Map.identity(raw)
     for step in (
-        lambda t: _rewrite(t, _RE_INVISIBLE, _invisible_out),
+        lambda t: _rewrite(t, _RE_INVISIBLE, lambda _m: ""),
         lambda t: _rewrite(t, _RE_NEWLINE, lambda _m: "\n"),
         _nfc,
-        lambda t: _rewrite(t, space, _space_out),
+        lambda t: _rewrite(t, _space_pattern(t, fragment), _space_out),
     ):
         s = step(m.text)
         if s is not None:

@@ -124,14 +124,18 @@ def _resolve_all(path: Path, items: list[_Item], corpus: Corpus) -> tuple[list[G
     problems: list[str] = []
     built: list[GoldenQuery] = []
     ids: dict[str, int] = {}
+    parsed: list[AuthoredQuery | ValidationError] = []
     for item in items:
-        where = f"{path}:{item.line}"
-        raw = item.data
-        qid = raw.get("query_id", "?") if isinstance(raw, dict) else "?"
         try:
-            q = AuthoredQuery.model_validate(raw)
+            parsed.append(AuthoredQuery.model_validate(item.data))
         except ValidationError as e:
-            problems.append(f"{where}: {qid}: {_fmt_validation(e)}")
+            parsed.append(e)
+    resolved = _resolve_grouped_by_doc(parsed, corpus)
+    for item, q in zip(items, parsed, strict=True):
+        where = f"{path}:{item.line}"
+        if isinstance(q, ValidationError):
+            qid = item.data.get("query_id", "?") if isinstance(item.data, dict) else "?"
+            problems.append(f"{where}: {qid}: {_fmt_validation(q)}")
             continue
         if q.query_id in ids:
             problems.append(f"{where}: {q.query_id}: duplicate query_id (first defined at {path}:{ids[q.query_id]})")
@@ -161,7 +165,7 @@ def _resolve_all(path: Path, items: list[_Item], corpus: Corpus) -> tuple[list[G
                 problems.append(f"{ev_where}: {q.query_id}: unknown doc_id {ev.doc_id!r}{hint}")
                 continue
             text = corpus[ev.doc_id].text
-            r = resolve_quote(text, ev.quote, ev.occurrence)
+            r = resolved[(ev.doc_id, ev.quote, ev.occurrence)]
             if r.error == "not found":
                 score, off, near = closest_match(text, ev.quote)
                 snippet = " ".join(near.split())
@@ -182,10 +186,22 @@ def _resolve_all(path: Path, items: list[_Item], corpus: Corpus) -> tuple[list[G
     return built, problems
 
 
+def _resolve_grouped_by_doc(parsed, corpus: Corpus) -> dict:
+    """Resolve every distinct (doc, quote, occurrence) once, one document at a time.
+
+    Grouping by document keeps each document's search structures hot while its quotes are resolved.
+    """
+    wanted = sorted({(ev.doc_id, ev.quote, ev.occurrence or 0)
+                     for q in parsed if isinstance(q, AuthoredQuery)
+                     for ev in q.evidence if ev.doc_id in corpus})
+    return {(d, quote, occ or None): resolve_quote(corpus[d].text, quote, occ or None)
+            for d, quote, occ in wanted}
+
+
 def _manifest(meta: dict, queries: list[GoldenQuery], corpus: Corpus, golden_bytes: bytes,
               src_name: str, built_at: str | None) -> dict:
-    grades = {e.grade for q in queries for e in q.evidence}
-    label_type = "graded_0_3" if grades - {0, MAX_GRADE} or len(grades - {0}) > 1 else "binary"
+    positive = {e.grade for q in queries for e in q.evidence if e.grade > 0}
+    label_type = "graded_0_3" if len(positive) > 1 else "binary"
     sha = hashlib.sha256(golden_bytes).hexdigest()
     name = meta.get("dataset") or Path(src_name).stem
     created = sorted(q.created for q in queries if q.created)

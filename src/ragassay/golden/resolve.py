@@ -53,6 +53,28 @@ def _skeleton(text: str) -> _Skeleton:
     return _Skeleton(text)
 
 
+class _Flat:
+    """A text with every whitespace run replaced by one space, plus each character's original position."""
+
+    __slots__ = ("text", "pos")
+
+    def __init__(self, text: str):
+        pieces, pos = [], []
+        for m in re.finditer(r"\S+", text):
+            if pieces:
+                pieces.append(" ")
+                pos.append(m.start() - 1)
+            pieces.append(m.group())
+            pos.extend(range(m.start(), m.end()))
+        self.text = "".join(pieces)
+        self.pos = np.asarray(pos, dtype=np.int64)
+
+
+@lru_cache(maxsize=256)
+def _flat(text: str) -> _Flat:
+    return _Flat(text)
+
+
 def resolve_quote(doc_text: str, quote: str, occurrence: int | None = None) -> Resolution:
     """Resolve `quote` in canonical `doc_text`; see the module docstring."""
     q = canonicalize(quote)
@@ -63,8 +85,9 @@ def resolve_quote(doc_text: str, quote: str, occurrence: int | None = None) -> R
     if hits:
         spans = [(h, h + len(q)) for h in hits]
     else:
-        pattern = re.compile(r"\s+".join(re.escape(tok) for tok in q.split()))
-        spans = [m.span() for m in pattern.finditer(doc_text)]
+        flat = _flat(doc_text)
+        fq = " ".join(q.split())
+        spans = [(int(flat.pos[h]), int(flat.pos[h + len(fq) - 1]) + 1) for h in _find_all(flat.text, fq)]
         match = "whitespace"
     if not spans:
         sk = _skeleton(doc_text)
