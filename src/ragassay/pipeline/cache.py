@@ -131,3 +131,30 @@ class EmbeddingCache:
         _atomic_write(self.dir / "manifest.json",
                       lambda p: Path(p).write_text(json.dumps(man), encoding="utf-8"))
         self._dirty = False
+
+
+def load_chunk_artifact(path: Path, docs: dict[str, str]) -> tuple[list, list[list[str]]] | None:
+    """Chunk spans and analyzed terms saved by :func:`save_chunk_artifact`, or None if absent/damaged.
+
+    Spans are re-sliced from the canonical text, so the cached file can never disagree with the corpus.
+    """
+    from ragassay.pipeline.chunkers import Chunk
+
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        chunks = [Chunk(f"{d}:{a}-{b}", d, a, b, docs[d][a:b], n) for d, a, b, n in data["chunks"]]
+        terms = data["terms"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if len(terms) != len(chunks):
+        return None
+    return chunks, terms
+
+
+def save_chunk_artifact(path: Path, chunks: list, terms: list[list[str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = json.dumps({"chunks": [[c.doc_id, c.start, c.end, c.tokens] for c in chunks], "terms": terms},
+                      ensure_ascii=False, separators=(",", ":"))
+    _atomic_write(path, lambda p: Path(p).write_text(body, encoding="utf-8"))

@@ -81,7 +81,7 @@ class PackerConfig(_Section):
 
 class GeneratorConfig(_Section):
     kind: Literal["extractive"] = "extractive"
-    abstain_floor: float = Field(default=0.5, ge=0, le=1)
+    abstain_floor: float = Field(default=0.4, ge=0, le=1)
     max_sentences: int = Field(default=2, ge=1)
 
 

@@ -1,0 +1,119 @@
+import json
+
+import pytest
+
+from ragassay.errors import SchemaError
+from ragassay.trace import (
+    Citation,
+    RunHeader,
+    Trace,
+    TraceWriter,
+    Unit,
+    config_sha,
+    read_traces,
+    write_traces,
+)
+
+
+def _header(**kw):
+    return RunHeader(run_name="r", config={"b": 1, "a": "é"}, **kw)
+
+
+def _trace(qid, trial=0):
+    u = Unit(unit_id="d:0-5", doc_id="d", start=0, end=5, score=1.5, rank=1, text="hello", tokens=1)
+    return Trace(trace_id=f"{qid}-{trial}", query_id=qid, trial=trial, fused=[u], packed=[u], packed_tokens=1,
+                 answer="hello", citations=["d:0-5"], outcome="answered", durations_ms={"total": 1.0})
+
+
+def test_config_sha_is_sha256_of_canonical_json():
+    import hashlib
+
+    cfg = {"b": [1, 2], "a": {"z": "é", "y": None}}
+    want = hashlib.sha256('{"a":{"y":null,"z":"é"},"b":[1,2]}'.encode()).hexdigest()
+    assert config_sha(cfg) == want
+    assert RunHeader(run_name="x", config=cfg).config_sha == want
+    with pytest.raises(ValueError, match="does not match"):
+        RunHeader(run_name="x", config=cfg, config_sha="0" * 64)
+
+
+def test_bare_citation_ids_become_citations():
+    t = _trace("q")
+    assert t.citations == [Citation(unit_id="d:0-5")]
+
+
+def test_trace_rejects_inconsistent_spans_and_tokens():
+    bad = Unit(unit_id="u", doc_id="d", start=5, end=2)
+    with pytest.raises(ValueError, match="end 2 < start 5"):
+        Trace(trace_id="t", query_id="q", fused=[bad])
+    with pytest.raises(ValueError, match="text has 3 characters"):
+        Trace(trace_id="t", query_id="q", packed=[Unit(unit_id="u", doc_id="d", start=0, end=5, text="abc")])
+    with pytest.raises(ValueError, match="packed_tokens"):
+        Trace(trace_id="t", query_id="q", packed=[Unit(unit_id="u", doc_id="d", start=0, end=1, tokens=3)],
+              packed_tokens=2)
+    with pytest.raises(ValueError, match="needs an 'error'"):
+        Trace(trace_id="t", query_id="q", outcome="error")
+
+
+def test_round_trip_is_model_equal(tmp_path):
+    h, traces = _header(), [_trace("q1"), _trace("q2"), _trace("q1", 1)]
+    path = write_traces(tmp_path / "t.jsonl", h, traces)
+    h2, back, problems = read_traces(path)
+    assert (h2, back, problems) == (h, traces, [])
+    first = json.loads(path.read_text().splitlines()[0])
+    assert first["type"] == "header" and first["config"] == {"b": 1, "a": "é"}
+
+
+def test_malformed_records_are_reported_with_line_numbers(tmp_path):
+    path = write_traces(tmp_path / "t.jsonl", _header(), [_trace("q1")])
+    good = json.loads(path.read_text().splitlines()[1])
+    lines = path.read_text().splitlines()
+    lines += [
+        "{not json",                                                 # 3
+        json.dumps([1, 2]),                                          # 4
+        json.dumps({**good, "type": "span"}),                        # 5
+        json.dumps({**good, "query_id": "q2", "outcome": "maybe"}),  # 6
+        json.dumps({**good, "query_id": "q3", "extra_field": 1}),    # 7
+        json.dumps(good),                                            # 8 duplicate of line 2
+        "",
+        json.dumps({**good, "query_id": "q4"}),                      # 10 fine
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    header, traces, problems = read_traces(path)
+    assert header is not None and [t.query_id for t in traces] == ["q1", "q4"]
+    assert [p.line for p in problems] == [3, 4, 5, 6, 7, 8]
+    assert "not valid JSON" in problems[0].message and "outcome" in problems[3].message
+    assert "extra_field" in problems[4].message and "duplicate" in problems[5].message
+    with pytest.raises(SchemaError) as err:
+        read_traces(path, strict=True)
+    assert f"{path}:3:" in str(err.value) and f"{path}:8:" in str(err.value)
+
+
+def test_missing_header_is_a_problem(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text(json.dumps({"type": "trace", **_trace("q").model_dump(mode="json")}) + "\n")
+    header, traces, problems = read_traces(p)
+    assert header is None and len(traces) == 1 and problems[0].line == 1 and "no header" in problems[0].message
+
+
+def test_atomic_writer_leaves_nothing_on_failure(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with pytest.raises(RuntimeError):
+        with TraceWriter(path, _header()) as w:
+            w.write(_trace("q1"))
+            raise RuntimeError("crash")
+    assert not path.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_append_mode_resumes_and_survives_a_torn_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path, _header(), mode="a") as w:
+        w.write(_trace("q1"))
+    with path.open("a") as fh:
+        fh.write('{"type": "trace", "query_id": "q2", "tra')  # crash mid-record
+    with TraceWriter(path, _header(), mode="a") as w:
+        assert w.done == {("q1", 0)}
+        w.write(_trace("q2"))
+    _, traces, problems = read_traces(path)
+    assert [t.query_id for t in traces] == ["q1", "q2"] and [p.line for p in problems] == [3]
+    with pytest.raises(SchemaError, match="different config"):
+        TraceWriter(path, RunHeader(run_name="r", config={"other": 1}), mode="a")
