@@ -68,7 +68,7 @@ def power_command(
             sigma_d_ = sigma_d(d)
             out["n_diffs"] = int((~np.isnan(d)).sum())
             out["n_nan"] = int(np.isnan(d).sum())
-            if n is None and mde is None:
+            if n is None:  # the MDE of the set the differences came from is always worth showing
                 n = out["n_diffs"]
         if sigma_d_ is None:
             raise InputError("need --sigma-d S or --diffs FILE (e.g. ragassay power --sigma-d 0.25 --n 60)")

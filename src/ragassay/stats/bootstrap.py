@@ -13,6 +13,7 @@ intervals), ch. 16 (bootstrap tests); Field & Welsh (2007) for the cluster boots
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -116,15 +117,23 @@ def resample_counts(rng: np.random.Generator, k: int, rows: int) -> np.ndarray:
     Drawing k uniform integers and counting them row by row is several times faster than
     ``rng.multinomial`` with k categories and gives exactly the same distribution.
     """
-    draws = rng.integers(0, k, size=(rows, k), dtype=np.int32)
-    w = np.empty((rows, k), dtype=np.float32)
-    for r in range(rows):
+    return _counts_from_draws(_draw(rng, k, rows), k)
+
+
+def _draw(rng: np.random.Generator, k: int, rows: int) -> np.ndarray:
+    return rng.integers(0, k, size=(rows, k), dtype=np.int32)
+
+
+def _counts_from_draws(draws: np.ndarray, k: int) -> np.ndarray:
+    w = np.empty(draws.shape, dtype=np.float32)
+    for r in range(draws.shape[0]):
         w[r] = np.bincount(draws[r], minlength=k)
     return w
 
 
 def _chunk_rows(k: int, chunk_size: int) -> int:
-    return int(max(1, min(chunk_size, _CHUNK_BYTES // (8 * k))))
+    # Two chunks of int32 draws (current + prefetched) and one float32 weight chunk are alive at once.
+    return int(max(1, min(chunk_size, _CHUNK_BYTES // (12 * k))))
 
 
 def _boot_centered(
@@ -133,18 +142,27 @@ def _boot_centered(
     """Resampled (mean - observed mean) for each column of the centered unit sums ``s``.
 
     ``s`` is (k, m) float32 with column sums zero, ``c`` is (k,) unit sizes; returns (R, m) float64.
-    Centering first keeps float32 products accurate: only deviations are accumulated.
+    Centering first keeps float32 products accurate: only deviations are accumulated. One helper thread
+    draws the next chunk's integers (numpy releases the GIL there) while this thread counts and multiplies;
+    the generator is still consumed in order, so results do not depend on timing or chunk size.
     """
     k = s.shape[0]
     out = np.empty((n_resamples, s.shape[1]), dtype=np.float64)
     rows = _chunk_rows(k, chunk_size)
+    starts = list(range(0, n_resamples, rows))
     unit_sizes_equal = bool(np.all(c == c[0]))
-    for start in range(0, n_resamples, rows):
-        stop = min(start + rows, n_resamples)
-        w = resample_counts(rng, k, stop - start)
-        num = w @ s
-        den = float(k * c[0]) if unit_sizes_equal else (w @ c)[:, None]
-        out[start:stop] = num / den
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(_draw, rng, k, min(rows, n_resamples))
+        for i, start in enumerate(starts):
+            draws = pending.result()
+            if i + 1 < len(starts):
+                nxt = starts[i + 1]
+                pending = pool.submit(_draw, rng, k, min(rows, n_resamples - nxt))
+            w = _counts_from_draws(draws, k)
+            del draws
+            num = w @ s
+            den = float(k * c[0]) if unit_sizes_equal else (w @ c)[:, None]
+            out[start : start + w.shape[0]] = num / den
     return out
 
 
@@ -257,11 +275,13 @@ def bootstrap_deltas(
     n_clusters: list[int | None] = [None] * m
     dist = np.full((n_resamples, m), np.nan) if return_distribution else None
 
-    patterns, group_of = np.unique(valid.T, axis=0, return_inverse=True)
-    group_of = np.asarray(group_of).reshape(-1)
-    for g, pattern in enumerate(patterns):
-        cols = np.flatnonzero(group_of == g)
-        rows = np.flatnonzero(pattern)
+    # Group metrics by their set of valid items (hash of the mask bytes; usually one group).
+    groups: dict[bytes, list[int]] = {}
+    for j in range(m):
+        groups.setdefault(np.packbits(valid[:, j]).tobytes(), []).append(j)
+    for col_list in groups.values():
+        cols = np.asarray(col_list)
+        rows = np.flatnonzero(valid[:, cols[0]])
         if rows.size == 0:
             for j in cols:
                 reasons[j] = "no item has a value in both arms (all NaN)"

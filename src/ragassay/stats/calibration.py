@@ -71,7 +71,10 @@ def reliability(p, y, *, bins: int = 10) -> Reliability:
     if int(bins) != bins or bins < 1:
         raise InputError(f"bins must be a positive integer, got {bins}")
     pv, yv = _scores_labels(p, y)
-    idx = np.minimum((pv * bins).astype(np.int64), bins - 1)
+    # Bin edges from linspace and a right-sided search, so edge values land where sklearn's
+    # calibration_curve puts them (p * bins can round across an edge).
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    idx = np.searchsorted(edges[1:-1], pv, side="right")
     count = np.bincount(idx, minlength=bins)
     sum_p = np.bincount(idx, weights=pv, minlength=bins)
     sum_y = np.bincount(idx, weights=yv, minlength=bins)
@@ -80,7 +83,7 @@ def reliability(p, y, *, bins: int = 10) -> Reliability:
     for b in np.flatnonzero(count):
         mp, fy = sum_p[b] / count[b], sum_y[b] / count[b]
         ece += count[b] / pv.size * abs(mp - fy)
-        rows.append(ReliabilityBin(b / bins, (b + 1) / bins, int(count[b]), float(mp), float(fy)))
+        rows.append(ReliabilityBin(float(edges[b]), float(edges[b + 1]), int(count[b]), float(mp), float(fy)))
     return Reliability(ece=float(ece), bins=tuple(rows), n=int(pv.size))
 
 
