@@ -2,29 +2,106 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+from rich.text import Text
 
+from ragassay.analysis.summary import STAGES, stage_of
 from ragassay.cli.common import console, print_json
+from ragassay.cli.compare import print_gate
 from ragassay.cli.golden import print_manifest_summary
-from ragassay.corpus import bundled_corpus_dir, load_corpus
-from ragassay.golden import build_golden, bundled_golden_source
+
+DEMO_STAGE_METRICS = ("recall@bm25_depth", "recall@dense_depth", "recall@fusion_depth", "recall@final_k",
+                      "ndcg@final_k", "rr@final_k", "recall@5", "ndcg@5", "recall@context", "context_tokens",
+                      "answer_f1", "abstention_recall", "over_refusal", "citation_validity", "rerank_rescued",
+                      "rerank_broke")
+STRATA_METRICS = ("recall@5", "answer_f1")
+
+
+def _f(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3f}"
+
+
+def _stage_table(summaries: dict[str, dict]) -> Table:
+    t = Table(title="per stage (mean over queries; — = not measured by that configuration)", show_edge=False)
+    t.add_column("stage")
+    t.add_column("metric")
+    for name in summaries:
+        t.add_column(name, justify="right")
+    means = {name: {m["metric"]: m for m in s["metrics"]} for name, s in summaries.items()}
+    rows = [m for m in DEMO_STAGE_METRICS if any(m in v for v in means.values())]
+    rows.sort(key=lambda m: STAGES.index(stage_of(m)))
+    for m in rows:
+        cells = []
+        for name in summaries:
+            c = means[name].get(m)
+            cells.append(_f(c["mean"]) + (f" ({c['n_undefined']} undef.)" if c and c["n_undefined"] and m in (
+                "recall@fusion_depth", "answer_f1") else "") if c else "—")
+        t.add_row(*(Text(x) for x in (stage_of(m), m, *cells)))
+    return t
+
+
+def _strata_table(summaries: dict[str, dict]) -> Table:
+    t = Table(title="per stratum", show_edge=False)
+    t.add_column("stratum")
+    cols = [(name, m) for m in STRATA_METRICS for name in summaries
+            if any(p["metric"] == m for p in summaries[name]["per_stratum"])]
+    for name, m in cols:
+        t.add_column(f"{m}\n{name}", justify="right")
+    strata = sorted({s for v in summaries.values() for s in v["strata"]})
+    cell = {(name, p["metric"], p["stratum"]): p for name, v in summaries.items() for p in v["per_stratum"]}
+    for s in strata:
+        t.add_row(Text(s), *[Text(_f(cell[(n, m, s)]["mean"]) if (n, m, s) in cell else "—") for n, m in cols])
+    return t
 
 
 def demo(
     out: Path = typer.Option(Path("ragassay-demo"), "-o", "--out", help="Where to write the demo's outputs."),
+    resamples: int = typer.Option(10_000, "--resamples", min=100, help="Bootstrap resamples per comparison."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Build the bundled golden set over the bundled license corpus and summarize it."""
-    corpus = load_corpus(bundled_corpus_dir())
-    gs = build_golden(bundled_golden_source(), corpus, out / "golden")
+    """Build the bundled golden set, run four configurations (BM25, hybrid, hybrid + reranker, oracle
+    context), compare them with the baseline, gate, and write the store, the traces and an HTML report."""
+    from ragassay.analysis.demo import DEMO_CONFIGS, run_demo
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), transient=True,
+                  disable=json_out, console=console) as bar:
+        tasks = {c: bar.add_task(c, total=None) for c in DEMO_CONFIGS}
+
+        def tick(name: str, done: int, total: int) -> None:
+            bar.update(tasks[name], completed=done, total=total)
+
+        res = run_demo(out, n_resamples=resamples, progress=tick)
     if json_out:
-        print_json(gs.manifest)
+        print_json({"out": str(res.out), "run_ids": res.run_ids, "summaries": res.summaries,
+                    "comparisons": [c.to_dict() for c in res.comparisons], "gate": res.gate.to_dict(),
+                    "oracle_ladder": res.ladder, "report": str(res.report) if res.report else None,
+                    "timings_s": res.timings})
         return
-    console.print(f"corpus: {len(corpus)} documents, {corpus.n_chars:,} canonical characters")
-    print_manifest_summary(gs.manifest)
-    console.print(f"golden set written to {out / 'golden'}")
+    corpus = res.corpus
+    console.print(f"[bold]ragassay demo[/]: {len(corpus)} license documents ({corpus.n_chars:,} characters), "
+                  f"four configurations")
+    print_manifest_summary(res.golden.manifest)
+    console.print(_stage_table(res.summaries))
+    console.print(_strata_table(res.summaries))
+    for comp in res.comparisons:
+        console.print(f"\n[bold]{comp.run_b.name} vs {comp.run_a.name}[/] "
+                      f"(changed: {len(comp.config_diff)} config keys)")
+        for claim in comp.claims:
+            console.print("• " + claim, markup=False)
+    console.print("\n[bold]oracle ladder[/] (spec §8.4): " + res.ladder["diagnosis"], markup=False)
+    console.print()
+    print_gate(res.gate)
+    console.print(f"\nstore {res.out / 'ragassay.duckdb'}; traces {res.out / 'traces'}")
+    if res.report:
+        console.print(f"report [bold]{res.report}[/]")
+    console.print(f"[dim]done in {res.timings['total']:.1f} s[/]")
 
 
 def register(app: typer.Typer) -> None:

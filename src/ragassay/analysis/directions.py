@@ -1,0 +1,9 @@
+"""Which way is better for each metric: everything is higher-is-better except a few named ones."""
+
+from __future__ import annotations
+
+LOWER_IS_BETTER = frozenset({"over_refusal", "rerank_broke", "refused", "error", "context_tokens"})
+
+
+def higher_is_better(metric: str) -> bool:
+    return metric not in LOWER_IS_BETTER

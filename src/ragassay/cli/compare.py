@@ -1,0 +1,109 @@
+"""`ragassay compare` and `ragassay gate`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from ragassay.analysis.compare import DEFAULT_MIN_EFFECT, compare_runs
+from ragassay.analysis.gate import load_policy, run_gate
+from ragassay.cli.common import EXIT_FAIL, console, print_json
+from ragassay.store import Store
+
+STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")
+
+
+def _f(x, signed: bool = False) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return f"{x:+.3f}" if signed else f"{x:.3f}"
+
+
+def print_comparison(comp, *, all_strata: bool = True) -> None:
+    a, b = comp.run_a, comp.run_b
+    console.print(f"[bold]{a.name}[/] ({a.run_id[:10]}…) → [bold]{b.name}[/] ({b.run_id[:10]}…)  "
+                  f"{comp.settings['n_resamples']:,} paired-bootstrap resamples, {comp.settings['confidence']:.0%} "
+                  f"CIs, Benjamini–Hochberg across {len(comp.rows)} rows", markup=True)
+    if comp.pin_differences:
+        console.print("[yellow]rebaselined:[/] " + "; ".join(f"{k}: {x} → {y}" for k, x, y in comp.pin_differences),
+                      markup=True)
+    if comp.config_diff:
+        console.print("config diff: " + "; ".join(f"{k}: {x!r} → {y!r}" for k, x, y in comp.config_diff),
+                      markup=False)
+    else:
+        console.print("config diff: none (identical configs)")
+    t = Table(show_edge=False)
+    for c in ("metric", "stratum", "n", "A", "B", "Δ", "95% CI", "p", "p(BH)", "W/L/T", "σ_d", "MDE", "verdict"):
+        t.add_column(c, justify="left" if c in ("metric", "stratum", "verdict") else "right")
+    rows = comp.rows if all_strata else [r for r in comp.rows if r.stratum == "all"]
+    for r in rows:
+        style = "green" if r.verdict == "improved" else "red" if r.verdict == "regressed" else None
+        cells = (r.metric, r.stratum, str(r.n), _f(r.mean_a), _f(r.mean_b), _f(r.delta, True),
+                 f"[{_f(r.ci_low, True)}, {_f(r.ci_high, True)}]", _f(r.p), _f(r.p_adj),
+                 f"{r.wins}/{r.losses}/{r.ties}", _f(r.sigma_d), _f(r.mde), r.verdict)
+        t.add_row(*(Text(c) for c in cells), style=style)
+    console.print(t)
+    for c in comp.claims:
+        console.print("• " + c, markup=False)
+
+
+def compare(
+    run_a: str = typer.Argument(..., help="Baseline run (id, unique id prefix, or name)."),
+    run_b: str = typer.Argument(..., help="Candidate run."),
+    store: Path = STORE_OPT,
+    metric: list[str] = typer.Option(None, "-m", "--metric", help="Metrics to compare (default: all shared)."),
+    min_effect: float = typer.Option(DEFAULT_MIN_EFFECT, "--min-effect", help="Minimum meaningful effect."),
+    resamples: int = typer.Option(10_000, "--resamples", min=100),
+    seed: int = typer.Option(0, "--seed"),
+    overall_only: bool = typer.Option(False, "--overall-only", help="Skip the per-stratum rows."),
+    rebaseline: bool = typer.Option(False, "--rebaseline", help="Compare despite differing pins."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Paired deltas per metric and stratum with bootstrap CIs, W/L/T, MDE, BH-adjusted p and claims."""
+    with Store.open(store, read_only=True) as st:
+        comp = compare_runs(st, run_a, run_b, metrics=metric or None, min_effect=min_effect,
+                            n_resamples=resamples, seed=seed, rebaseline=rebaseline, strata=not overall_only)
+    if json_out:
+        print_json(comp.to_dict())
+        return
+    print_comparison(comp)
+
+
+def gate(
+    base: str = typer.Argument(..., help="Baseline run."),
+    cand: str = typer.Argument(..., help="Candidate run."),
+    policy: Path = typer.Option(None, "--policy", help="Gate policy YAML (default: built-in)."),
+    store: Path = STORE_OPT,
+    rebaseline: bool = typer.Option(False, "--rebaseline"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """PASS / WARN / FAIL: fail only on a credible regression at least the minimum effect, or a hard gate.
+
+    Exit code 0 for PASS and WARN, 1 for FAIL, 2 for usage errors."""
+    pol = load_policy(policy)
+    with Store.open(store, read_only=True) as st:
+        result = run_gate(st, base, cand, pol, rebaseline=rebaseline)
+    if json_out:
+        print_json(result.to_dict())
+    else:
+        print_gate(result)
+    if result.exit_code:
+        raise typer.Exit(EXIT_FAIL)
+
+
+def print_gate(result) -> None:
+    colour = {"PASS": "green", "WARN": "yellow", "FAIL": "red"}
+    comp = result.comparison
+    console.print(f"gate [bold {colour[result.verdict]}]{result.verdict}[/]: {comp.run_a.name} → {comp.run_b.name}")
+    for c in result.checks:
+        console.print(f"  [{colour[c.verdict]}]{c.verdict:4}[/] {c.kind:11} {c.name}: ", end="")
+        console.print(c.detail, markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare)
+    app.command("gate")(gate)

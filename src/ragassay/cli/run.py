@@ -1,0 +1,167 @@
+"""`ragassay run`, `ragassay score` and `ragassay runs`: produce, import and list scored runs."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+from rich.text import Text
+
+from ragassay.analysis.summary import run_summary
+from ragassay.cli.common import console, print_json
+from ragassay.store import Store
+
+HEADLINE = ("recall@fusion_depth", "ndcg@final_k", "recall@context", "answer_f1", "abstention_recall",
+            "over_refusal")
+
+STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")
+CORPUS_OPT = typer.Option(None, "--corpus", help="Corpus dir or .jsonl (default: the bundled licenses).")
+GOLDEN_OPT = typer.Option(None, "--golden", help="Built golden set dir or authoring file (default: bundled).")
+
+
+def _fmt(x: float | None) -> str:
+    return "undefined" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+def print_run_summary(rec, summary: dict, golden_manifest: dict | None = None) -> None:
+    console.print(f"[bold]{rec.name}[/] run {rec.run_id}  dataset {rec.dataset_version}  "
+                  f"{summary['n_items']} (query, trial) items  hit rule {rec.hit_rule}  "
+                  f"relevant: grade ≥ {rec.relevance_threshold}  gain {rec.gain}")
+    if golden_manifest:
+        mk = golden_manifest.get("match_kinds", {})
+        n_ev = golden_manifest.get("n_evidence", 0)
+        console.print(f"parse ceiling: {n_ev}/{n_ev} evidence spans located in the parsed corpus "
+                      f"({', '.join(f'{k} {v}' for k, v in mk.items())})")
+    t = Table(title="per stage", show_edge=False)
+    for c in ("stage", "metric", "mean", "defined", "undefined"):
+        t.add_column(c, justify="right" if c in ("mean", "defined", "undefined") else "left")
+    for r in summary["metrics"]:
+        t.add_row(*(Text(c) for c in (r["stage"], r["metric"], _fmt(r["mean"]), str(r["n_defined"]),
+                                      str(r["n_undefined"]))))
+    console.print(t)
+    shown = [m for m in HEADLINE if any(r["metric"] == m for r in summary["metrics"])]
+    if shown:
+        st = Table(title="per stratum", show_edge=False)
+        st.add_column("stratum")
+        for m in shown:
+            st.add_column(m, justify="right")
+        cell = {(r["metric"], r["stratum"]): r for r in summary["per_stratum"]}
+        for s in summary["strata"]:
+            st.add_row(Text(s), *[Text(_fmt(cell[(m, s)]["mean"]) + f" ({cell[(m, s)]['n_defined']})"
+                                       if (m, s) in cell else "") for m in shown])
+        console.print(st)
+    if summary["latency_ms"]:
+        lat = summary["latency_ms"]
+        console.print(f"latency per query: p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms, "
+                      f"p99 {lat['p99']:.1f} ms (n = {lat['n']})")
+    console.print("[dim]undefined = no relevant evidence for that query (e.g. recall on a negative query) "
+                  "or no value to score; never counted as 0[/]")
+
+
+def print_import(info: dict) -> None:
+    console.print(f"imported {info['n_traces']} traces: {info['schema_failures']} malformed record(s), "
+                  f"{len(info['unknown_queries'])} unknown query id(s), {info['missing']} golden "
+                  "(query, trial) without a trace (scored as empty)")
+    for p in info["problems"][:10]:
+        console.print(f"  {p}", style="yellow", markup=False)
+
+
+def run(
+    config: Path = typer.Argument(..., help="Pipeline config YAML."),
+    store: Path = STORE_OPT,
+    corpus: Path = CORPUS_OPT,
+    golden: Path = GOLDEN_OPT,
+    trials: int = typer.Option(1, "--trials", min=1, help="Runs per query (nondeterministic systems)."),
+    name: str = typer.Option(None, "--name", help="Run name (default: the config's name)."),
+    resume: str = typer.Option(None, "--resume", help="Finish an interrupted run (run id, prefix or name)."),
+    traces: Path = typer.Option(None, "--traces", help="Import traces from this JSONL instead of running."),
+    traces_dir: Path = typer.Option(None, "--traces-dir", help="Also write the run's traces here."),
+    hit_rule: str = typer.Option("any_overlap", "--hit-rule", help="any_overlap | min_fraction:F | doc"),
+    threshold: int = typer.Option(2, "--threshold", help="Relevant = grade ≥ this."),
+    gain: str = typer.Option("exp", "--gain", help="nDCG gain: exp | linear."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Run the reference pipeline on the golden set (or import traces), score every stage, store the rows."""
+    from ragassay.analysis.runner import load_inputs, run_pipeline_into_store, score_traces_into_store
+    from ragassay.analysis.scoring import ScoringOptions
+
+    corp, gs = load_inputs(corpus, golden)
+    opts = ScoringOptions(hit_rule=hit_rule, relevance_threshold=threshold, gain=gain)
+    with Store.open(store) as st:
+        info = None
+        if traces is not None:
+            run_id, info = score_traces_into_store(st, traces, corp, gs, options=opts, name=name)
+        else:
+            cols = (TextColumn("[bold]scoring {task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeRemainingColumn())
+            with Progress(*cols, transient=True, disable=json_out, console=console) as bar:
+                task = bar.add_task(name or config.stem, total=None)
+
+                def tick(done: int, total: int) -> None:
+                    bar.update(task, completed=done, total=total)
+
+                run_id, _ = run_pipeline_into_store(st, config, corp, gs, trials=trials, options=opts, name=name,
+                                                    resume=resume, traces_dir=traces_dir, progress=tick)
+        rec = st.get_run(run_id)
+        summary = run_summary(st.results(run_id))
+    if json_out:
+        print_json({"run": rec.to_dict(), "summary": summary, "import": info})
+        return
+    print_run_summary(rec, summary, gs.manifest)
+    if info:
+        print_import(info)
+    console.print(f"stored as run [bold]{rec.run_id}[/] in {store}")
+
+
+def score(
+    traces: Path = typer.Argument(..., help="Traces JSONL from any system."),
+    golden: Path = typer.Option(..., "--golden", help="Built golden set dir or authoring file."),
+    corpus: Path = CORPUS_OPT,
+    store: Path = STORE_OPT,
+    name: str = typer.Option(None, "--name"),
+    hit_rule: str = typer.Option("any_overlap", "--hit-rule"),
+    threshold: int = typer.Option(2, "--threshold"),
+    gain: str = typer.Option("exp", "--gain"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Score another system's traces against a golden set and store them as a run."""
+    from ragassay.analysis.runner import load_inputs, score_traces_into_store
+    from ragassay.analysis.scoring import ScoringOptions
+
+    corp, gs = load_inputs(corpus, golden)
+    opts = ScoringOptions(hit_rule=hit_rule, relevance_threshold=threshold, gain=gain)
+    with Store.open(store) as st:
+        run_id, info = score_traces_into_store(st, traces, corp, gs, options=opts, name=name)
+        rec = st.get_run(run_id)
+        summary = run_summary(st.results(run_id))
+    if json_out:
+        print_json({"run": rec.to_dict(), "summary": summary, "import": info})
+        return
+    print_run_summary(rec, summary, gs.manifest)
+    print_import(info)
+    console.print(f"stored as run [bold]{rec.run_id}[/] in {store}")
+
+
+def runs(store: Path = STORE_OPT, json_out: bool = typer.Option(False, "--json")) -> None:
+    """List the runs in a store."""
+    with Store.open(store, read_only=True) as st:
+        recs = st.list_runs()
+    if json_out:
+        print_json([r.to_dict() for r in recs])
+        return
+    t = Table(show_edge=False)
+    for c in ("run_id", "name", "status", "created", "dataset", "config sha", "trials"):
+        t.add_column(c)
+    for r in recs:
+        t.add_row(*(Text(c) for c in (r.run_id, r.name, r.status, str(r.created_at)[:19],
+                                      r.dataset_version or "", (r.config_sha or "")[:12], str(r.trials))))
+    console.print(t)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+    app.command("score")(score)
+    app.command("runs")(runs)
