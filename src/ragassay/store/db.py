@@ -1,0 +1,651 @@
+"""The results store: one DuckDB file holding runs, per-row results and per-query completion markers.
+
+Writes are crash-safe and idempotent. Each ``write_batch`` is one transaction holding result rows *and* the
+``query_status`` markers of the queries they complete, so after a crash (even SIGKILL) a query is either
+fully present and marked done, or absent; DuckDB replays its write-ahead log on the next open. Rows are keyed
+by (run_id, query_id, trial, metric); writing a key again replaces the row (last write wins), so a resumed run
+may re-send work without creating duplicates. Batches enter through Arrow (a registered table and one
+``INSERT ... SELECT``), never row by row.
+
+Undefined metric values (NaN or null) are stored as ``value = NULL`` with ``defined = false`` and come back
+as NaN, so an undefined value is never confused with 0 and can always be counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ragassay.errors import InputError, SchemaError
+from ragassay.store.schema import (
+    DDL,
+    QUERY_STATUSES,
+    REQUIRED_ROW_COLUMNS,
+    RESULT_COLUMNS,
+    ROW_SCHEMA,
+    RUN_STATUSES,
+    SCHEMA_VERSION,
+    TABLES,
+)
+from ragassay.store.ulid import is_ulid, new_ulid
+
+DEFAULT_PATH = "ragassay.duckdb"
+
+# Commits below this WAL size do not trigger a checkpoint; a resumable run commits often, and checkpointing
+# the growing table at DuckDB's 16 MB default costs more than the batches themselves. The WAL is replayed on
+# the next open after a crash, so a larger threshold delays no durability.
+_CHECKPOINT_THRESHOLD = "256MB"
+_BATCH_VIEW = "_ragassay_batch"
+_DONE_VIEW = "_ragassay_done"
+
+
+def _now() -> datetime:
+    """Current time as naive UTC (the store's TIMESTAMP columns are UTC)."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _ragassay_version() -> str | None:
+    try:
+        return metadata.version("ragassay")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def config_digest(config: Mapping[str, Any]) -> str:
+    """sha256 of the config as canonical JSON (sorted keys, no whitespace, UTF-8)."""
+    blob = json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One row of ``runs``: a run's identity, status and every pin needed to compare it with another.
+
+    ``run_id`` and ``created_at`` are filled by ``Store.create_run`` when left empty; ``config_sha`` defaults
+    to ``config_digest(config)``. ``source`` is ``'pipeline'`` or ``'traces:<path>'``.
+    """
+
+    run_id: str = ""
+    name: str = ""
+    status: str = "running"
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+    git_sha: str | None = None
+    dataset_version: str | None = None
+    corpus_digest: str | None = None
+    golden_sha256: str | None = None
+    config: Mapping[str, Any] | None = None
+    config_sha: str | None = None
+    metric_version: str | None = None
+    judge_model: str | None = None
+    rubric_sha: str | None = None
+    gain: str | None = None
+    relevance_threshold: int | None = None
+    hit_rule: str | None = None
+    ties: str | None = None
+    trials: int | None = None
+    n_queries: int | None = None
+    source: str = "pipeline"
+    ragassay_version: str | None = None
+    extra: Mapping[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key in ("created_at", "finished_at"):
+            if out[key] is not None:
+                out[key] = out[key].isoformat()
+        return out
+
+
+_RUN_COLUMNS = tuple(f.name for f in fields(RunRecord))
+_JSON_COLUMNS = ("config", "extra")
+
+
+class WideResults(NamedTuple):
+    """``results_wide`` output: rows are (query_id, trial) pairs sorted by query_id then trial."""
+
+    query_ids: np.ndarray  # object array of str
+    trials: np.ndarray  # int64
+    strata: np.ndarray  # object array of str or None
+    values: np.ndarray  # float64 (n rows x m metrics); NaN = undefined or missing
+
+
+def _quote_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+class Store:
+    """A DuckDB results store. Open with ``Store.open(path)``; use as a context manager to close it."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, read_only: bool):
+        self._con = con
+        self.path = path
+        self.read_only = read_only
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, path: str | Path = DEFAULT_PATH, read_only: bool = False) -> Store:
+        """Open (and, unless ``read_only``, create) the store at ``path`` and check its schema version.
+
+        DuckDB allows one writing process per file; a second writer gets an ``InputError`` naming the lock.
+        After a crash the file opens normally: DuckDB replays committed transactions from its WAL.
+        """
+        path = Path(path)
+        if read_only and not path.exists():
+            raise InputError(f"{path}: no results store here; write a run first or pass the right store path")
+        if not read_only and path.parent and not path.parent.exists():
+            raise InputError(
+                f"{path}: directory {path.parent} does not exist; create it or choose another path"
+            )
+        config = {} if read_only else {"checkpoint_threshold": _CHECKPOINT_THRESHOLD}
+        try:
+            con = duckdb.connect(str(path), read_only=read_only, config=config)
+        except duckdb.IOException as exc:
+            msg = str(exc)
+            if "lock" in msg.lower():
+                raise InputError(
+                    f"{path}: the results store is locked by another process ({msg.splitlines()[0]}); "
+                    "wait for that run to finish (DuckDB allows one writer per file)"
+                ) from exc
+            raise SchemaError(f"{path}: not a readable DuckDB results store ({msg}); check the path") from exc
+        except duckdb.Error as exc:
+            raise SchemaError(f"{path}: cannot open results store ({exc}); check the path") from exc
+        store = cls(con, path, read_only)
+        try:
+            store._ensure_schema()
+        except BaseException:
+            con.close()
+            raise
+        return store
+
+    def _ensure_schema(self) -> None:
+        present = {
+            r[0]
+            for r in self._con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_catalog = current_database() "
+                "AND table_schema = 'main'"
+            ).fetchall()
+        }
+        if not present:
+            if self.read_only:
+                raise SchemaError(
+                    f"{self.path}: the file holds no results store (no tables); write a run first"
+                )
+            self._con.execute("BEGIN TRANSACTION")
+            self._con.execute(DDL)
+            self._con.execute(
+                "INSERT INTO schema_info VALUES (?, ?, ?)", [SCHEMA_VERSION, _now(), _ragassay_version()]
+            )
+            self._con.execute("COMMIT")
+            return
+        if "schema_info" not in present:
+            raise SchemaError(
+                f"{self.path}: not a ragassay results store (tables {sorted(present)} but no schema_info); "
+                "use a different --store path"
+            )
+        versions = [r[0] for r in self._con.execute("SELECT version FROM schema_info").fetchall()]
+        if len(versions) != 1:
+            raise SchemaError(f"{self.path}: schema_info must hold exactly one version row, found {versions}")
+        version = versions[0]
+        if version != SCHEMA_VERSION:
+            hint = (
+                "it was written by a newer ragassay; upgrade ragassay to read it"
+                if version is not None and version > SCHEMA_VERSION
+                else "this ragassay has no migration for it; export it with the ragassay that wrote it"
+            )
+            raise SchemaError(
+                f"{self.path}: results store schema version {version}, this ragassay reads version "
+                f"{SCHEMA_VERSION}; {hint}"
+            )
+        missing = [t for t in TABLES if t not in present]
+        if missing:
+            raise SchemaError(
+                f"{self.path}: results store is missing table(s) {missing}; the file is damaged"
+            )
+
+    def close(self) -> None:
+        self._con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The underlying DuckDB connection, for ad-hoc SQL over the documented tables."""
+        return self._con
+
+    # ------------------------------------------------------------------ runs
+    def create_run(self, record: RunRecord) -> str:
+        """Insert a run with status 'running' and return its run_id (a new ULID unless one is given)."""
+        self._check_writable()
+        if not record.name or not isinstance(record.name, str):
+            raise InputError("RunRecord.name is empty; give the run a name (e.g. the config file stem)")
+        if record.source != "pipeline" and not record.source.startswith("traces:"):
+            raise InputError(f"RunRecord.source {record.source!r} must be 'pipeline' or 'traces:<path>'")
+        run_id = record.run_id or new_ulid()
+        if not is_ulid(run_id):
+            raise InputError(f"run_id {run_id!r} is not a ULID (26 upper-case Crockford base32 characters)")
+        if self._con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchall():
+            raise InputError(
+                f"run_id {run_id} already exists in {self.path}; leave run_id empty for a new one"
+            )
+        config_sha = record.config_sha
+        if config_sha is None and record.config is not None:
+            config_sha = config_digest(record.config)
+        values = {
+            **{name: getattr(record, name) for name in _RUN_COLUMNS},
+            "run_id": run_id,
+            "status": "running",
+            "created_at": record.created_at or _now(),
+            "finished_at": None,
+            "config_sha": config_sha,
+            "ragassay_version": record.ragassay_version or _ragassay_version(),
+        }
+        for key in _JSON_COLUMNS:
+            if values[key] is not None:
+                values[key] = json.dumps(values[key], sort_keys=True, default=str)
+        cols = ", ".join(_RUN_COLUMNS)
+        marks = ", ".join("?::JSON" if c in _JSON_COLUMNS else "?" for c in _RUN_COLUMNS)
+        self._con.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", [values[c] for c in _RUN_COLUMNS])
+        return run_id
+
+    def finish_run(self, run_id: str, status: str = "complete") -> None:
+        """Mark a run 'complete' or 'failed', stamp finished_at and fill n_queries if it was not given."""
+        self._check_writable()
+        if status not in ("complete", "failed"):
+            raise InputError(f"finish_run status {status!r} must be 'complete' or 'failed'")
+        self._require_run(run_id)
+        self._con.execute(
+            "UPDATE runs SET status = ?, finished_at = ?, n_queries = coalesce(n_queries, "
+            "(SELECT count(DISTINCT query_id) FROM results WHERE run_id = ?)) WHERE run_id = ?",
+            [status, _now(), run_id, run_id],
+        )
+
+    def resume_run(self, run_id: str) -> set[tuple[str, int]]:
+        """Set a run back to 'running' (after a crash or a 'failed' finish) and return its done keys."""
+        self._check_writable()
+        self._require_run(run_id)
+        self._con.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?", [run_id])
+        return self.done_keys(run_id)
+
+    def list_runs(self) -> list[RunRecord]:
+        """All runs, oldest first (ULID order is creation order)."""
+        return self._fetch_runs("ORDER BY run_id", [])
+
+    def get_run(self, ref: str) -> RunRecord:
+        """Resolve ``ref`` as an exact run_id, else a run name (latest with that name), else a unique
+        prefix of a run_id (case-insensitive). No match or several prefix matches raise ``InputError``
+        listing the candidates."""
+        ref = (ref or "").strip()
+        if not ref:
+            raise InputError("empty run reference; give a run_id, a unique run_id prefix or a run name")
+        for where, params in (
+            ("WHERE run_id = ?", [ref]),
+            ("WHERE name = ? ORDER BY run_id DESC LIMIT 1", [ref]),
+        ):
+            found = self._fetch_runs(where, params)
+            if found:
+                return found[0]
+        found = self._fetch_runs("WHERE starts_with(run_id, ?) ORDER BY run_id", [ref.upper()])
+        if len(found) == 1:
+            return found[0]
+        if found:
+            listing = "\n".join(
+                f"  {r.run_id}  {r.name}  {r.created_at:%Y-%m-%d %H:%M:%S}" for r in found[:20]
+            )
+            more = f"\n  ... and {len(found) - 20} more" if len(found) > 20 else ""
+            raise InputError(
+                f"run reference {ref!r} is ambiguous: it prefixes {len(found)} runs; give more characters:\n"
+                f"{listing}{more}"
+            )
+        recent = self._fetch_runs("ORDER BY run_id DESC LIMIT 10", [])
+        listing = "\n".join(f"  {r.run_id}  {r.name}" for r in recent) or "  (the store has no runs)"
+        raise InputError(
+            f"no run matches {ref!r} in {self.path} (as run_id, run name or run_id prefix); recent runs:\n"
+            f"{listing}"
+        )
+
+    def _fetch_runs(self, tail: str, params: list[Any]) -> list[RunRecord]:
+        cols = ", ".join(_RUN_COLUMNS)
+        rows = self._con.execute(f"SELECT {cols} FROM runs {tail}", params).fetchall()
+        out = []
+        for row in rows:
+            rec = dict(zip(_RUN_COLUMNS, row, strict=True))
+            for key in _JSON_COLUMNS:
+                if rec[key] is not None:
+                    rec[key] = json.loads(rec[key])
+            out.append(RunRecord(**rec))
+        return out
+
+    def _require_run(self, run_id: str) -> str:
+        rows = self._con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchall()
+        if not rows:
+            raise InputError(
+                f"run_id {run_id!r} is not in {self.path}; create_run first (writes need the full id)"
+            )
+        return rows[0][0]
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise InputError(f"{self.path} was opened read-only; open it with read_only=False to write")
+
+    # ------------------------------------------------------------------ writing
+    def write_batch(
+        self,
+        run_id: str,
+        rows: pa.Table | Mapping[str, Sequence[Any]],
+        done: Iterable[tuple[str, int, str, str | None]] = (),
+    ) -> int:
+        """Write result rows and completion markers of one run in a single transaction; return rows written.
+
+        ``rows`` is an Arrow table or a dict of equal-length columns: ``query_id``, ``metric``, ``value``
+        are required, ``trial`` defaults to 0, the other ``results`` columns are optional (null). ``done``
+        lists ``(query_id, trial, status, error)`` with status 'done' or 'error'. Keys already present are
+        replaced (last write wins). Any failure rolls the whole batch back.
+        """
+        self._check_writable()
+        status = self._require_run(run_id)
+        if status != "running":
+            raise InputError(
+                f"run {run_id} is '{status}'; its results are frozen. Call resume_run({run_id!r}) to add to it"
+            )
+        table = _normalize_rows(rows)
+        done_table = _normalize_done(done)
+        con = self._con
+        con.register(_BATCH_VIEW, table)
+        con.register(_DONE_VIEW, done_table)
+        try:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                try:
+                    # Fresh keys are the common case, and a plain INSERT costs about half of an upsert.
+                    self._insert(run_id, table.num_rows, done_table.num_rows, replace=False)
+                except duckdb.ConstraintException:
+                    con.execute("ROLLBACK")
+                    # The upsert silently keeps one of two equal keys in one statement, so a duplicate
+                    # inside the batch must be ruled out before taking that path.
+                    _check_unique(table, ("query_id", "trial", "metric"), "result rows")
+                    con.execute("BEGIN TRANSACTION")
+                    self._insert(run_id, table.num_rows, done_table.num_rows, replace=True)
+                con.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+        except duckdb.ConstraintException as exc:
+            raise SchemaError(
+                f"run {run_id}: batch violates the results schema ({exc}); nothing was written"
+            ) from exc
+        finally:
+            con.unregister(_BATCH_VIEW)
+            con.unregister(_DONE_VIEW)
+        return table.num_rows
+
+    def _insert(self, run_id: str, n_rows: int, n_done: int, *, replace: bool) -> None:
+        verb = "INSERT OR REPLACE" if replace else "INSERT"
+        if n_rows:
+            self._con.execute(
+                f"{verb} INTO results ({', '.join(RESULT_COLUMNS)}) "
+                "SELECT $run_id, query_id, trial, metric, "
+                "CASE WHEN isnan(value) THEN NULL ELSE value END, coalesce(NOT isnan(value), false), "
+                "stratum, judged_fraction, latency_ms, tokens_in, tokens_out, cost, trace_id "
+                f"FROM {_BATCH_VIEW}",
+                {"run_id": run_id},
+            )
+        if n_done:
+            self._con.execute(
+                f"{verb} INTO query_status (run_id, query_id, trial, status, error, written_at) "
+                f"SELECT $run_id, query_id, trial, status, error, $now FROM {_DONE_VIEW}",
+                {"run_id": run_id, "now": _now()},
+            )
+
+    def _rollback(self) -> None:
+        try:
+            self._con.execute("ROLLBACK")
+        except duckdb.TransactionException:  # already rolled back by DuckDB
+            pass
+
+    # ------------------------------------------------------------------ reading
+    def done_keys(self, run_id: str) -> set[tuple[str, int]]:
+        """(query_id, trial) pairs of the run marked 'done' — what a resumed run can skip.
+
+        Pairs marked 'error' are not included, so a resume retries them."""
+        rows = self._con.execute(
+            "SELECT query_id, trial FROM query_status WHERE run_id = ? AND status = 'done'", [run_id]
+        ).fetchall()
+        return {(q, int(t)) for q, t in rows}
+
+    def query_status(self, run_ref: str) -> pa.Table:
+        """The run's ``query_status`` rows sorted by (query_id, trial)."""
+        run_id = self.get_run(run_ref).run_id
+        return self._con.sql(
+            "SELECT * FROM query_status WHERE run_id = ? ORDER BY query_id, trial", params=[run_id]
+        ).to_arrow_table()
+
+    def results(self, run_ref: str, metrics: Sequence[str] | None = None) -> pa.Table:
+        """The run's result rows (all ``results`` columns) sorted by (query_id, trial, metric)."""
+        run_id = self.get_run(run_ref).run_id
+        where, params = "run_id = $run_id", {"run_id": run_id}
+        if metrics is not None:
+            where += " AND list_contains($metrics, metric)"
+            params["metrics"] = list(_check_metric_names(metrics))
+        return self._con.sql(
+            f"SELECT * FROM results WHERE {where} ORDER BY query_id, trial, metric", params=params
+        ).to_arrow_table()
+
+    def metrics(self, run_ref: str) -> list[str]:
+        """Distinct metric names of a run, sorted."""
+        run_id = self.get_run(run_ref).run_id
+        rows = self._con.execute(
+            "SELECT DISTINCT metric FROM results WHERE run_id = ? ORDER BY metric", [run_id]
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def results_wide(self, run_ref: str, metrics: Sequence[str]) -> WideResults:
+        """Pivot a run to an (n, m) float matrix: one row per (query_id, trial), one column per metric.
+
+        Rows are every (query_id, trial) with at least one result row in the run (any metric), sorted by
+        query_id then trial; a cell is NaN when the value is undefined or the metric is missing for that
+        row. Queries that only have an 'error' marker have no rows here (see ``query_status``). A metric
+        with no rows at all in the run, or a query whose rows disagree on its stratum, raises.
+        """
+        run_id = self.get_run(run_ref).run_id
+        names = _check_metric_names(metrics)
+        available = set(self.metrics(run_id))
+        unknown = [m for m in names if m not in available]
+        if unknown:
+            raise InputError(
+                f"run {run_id} has no rows for metric(s) {unknown}; available: {sorted(available)}"
+            )
+        keys = self._con.sql(
+            "SELECT query_id, trial, min(stratum) AS lo, max(stratum) AS hi FROM results "
+            "WHERE run_id = ? GROUP BY query_id, trial ORDER BY query_id, trial",
+            params=[run_id],
+        ).to_arrow_table()
+        lo = np.asarray(keys["lo"].to_pylist(), dtype=object)
+        hi = np.asarray(keys["hi"].to_pylist(), dtype=object)
+        clash = np.flatnonzero(lo != hi)
+        if clash.size:
+            i = int(clash[0])
+            raise SchemaError(
+                f"run {run_id}: query {keys['query_id'][i].as_py()!r} trial {keys['trial'][i].as_py()} has "
+                f"rows with different strata ({lo[i]!r}, {hi[i]!r}); a query belongs to one stratum"
+            )
+        cells = self._con.sql(
+            "WITH k AS (SELECT query_id, trial, row_number() OVER (ORDER BY query_id, trial) - 1 AS i "
+            "           FROM (SELECT DISTINCT query_id, trial FROM results WHERE run_id = $run_id)), "
+            "     m AS (SELECT unnest($metrics) AS metric, unnest(range(len($metrics))) AS j) "
+            "SELECT k.i, m.j, r.value FROM results r JOIN k USING (query_id, trial) JOIN m USING (metric) "
+            "WHERE r.run_id = $run_id",
+            params={"run_id": run_id, "metrics": list(names)},
+        ).to_arrow_table()
+        values = np.full((keys.num_rows, len(names)), np.nan)
+        values[cells["i"].to_numpy(), cells["j"].to_numpy()] = cells["value"].to_numpy(zero_copy_only=False)
+        return WideResults(
+            query_ids=np.asarray(keys["query_id"].to_pylist(), dtype=object),
+            trials=keys["trial"].to_numpy().astype(np.int64),
+            strata=lo,
+            values=values,
+        )
+
+    # ------------------------------------------------------------------ export
+    def export_parquet(self, out_dir: str | Path, run_ids: Sequence[str] | None = None) -> dict[str, Path]:
+        """Write ``runs``, ``results`` and ``query_status`` (all runs, or the given run refs) as Parquet files
+        ``<table>.parquet`` in ``out_dir``, sorted by key; return {table: path}."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        where = ""
+        if run_ids is not None:
+            ids = [self.get_run(ref).run_id for ref in run_ids]
+            # Resolved ids are validated ULIDs (Crockford digits only), so inlining them is safe.
+            where = (
+                "WHERE run_id IN (" + ", ".join(_quote_literal(i) for i in ids) + ")"
+                if ids
+                else "WHERE false"
+            )
+        order = {
+            "runs": "run_id",
+            "results": "run_id, query_id, trial, metric",
+            "query_status": "run_id, query_id, trial",
+        }
+        paths = {}
+        for table, key in order.items():
+            target = out / f"{table}.parquet"
+            self._con.execute(
+                f"COPY (SELECT * FROM {table} {where} ORDER BY {key}) TO {_quote_literal(str(target))} "
+                "(FORMAT PARQUET)"
+            )
+            paths[table] = target
+        return paths
+
+
+def _check_metric_names(metrics: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    names = tuple(metrics)
+    if not names:
+        raise InputError("no metrics requested; pass at least one metric name (see Store.metrics(run))")
+    bad = [m for m in names if not isinstance(m, str) or not m]
+    if bad:
+        raise InputError(f"metric names must be non-empty strings, got {bad}")
+    if len(set(names)) != len(names):
+        dup = sorted({m for m in names if names.count(m) > 1})
+        raise InputError(f"metric names repeated: {dup}; list each metric once")
+    return names
+
+
+def _normalize_rows(rows: pa.Table | Mapping[str, Sequence[Any]]) -> pa.Table:
+    """Validate a batch and cast it to ``ROW_SCHEMA`` (missing optional columns become null)."""
+    if isinstance(rows, pa.RecordBatch):
+        rows = pa.Table.from_batches([rows])
+    if not isinstance(rows, pa.Table):
+        if not isinstance(rows, Mapping):
+            raise SchemaError(f"rows must be a pyarrow.Table or a dict of columns, got {type(rows).__name__}")
+        try:
+            arrays = pa.Array | pa.ChunkedArray | np.ndarray
+            rows = pa.table({k: v if isinstance(v, arrays) else list(v) for k, v in rows.items()})
+        except (pa.ArrowException, ValueError, TypeError) as exc:
+            raise SchemaError(
+                f"rows could not be read as columns ({exc}); give equal-length columns"
+            ) from exc
+    names = rows.column_names
+    allowed = ROW_SCHEMA.names
+    unknown = [c for c in names if c not in allowed]
+    if unknown:
+        raise SchemaError(f"unknown result column(s) {unknown}; allowed: {allowed} (run_id is an argument)")
+    missing = [c for c in REQUIRED_ROW_COLUMNS if c not in names]
+    if missing:
+        raise SchemaError(f"result rows lack required column(s) {missing}")
+    if len(set(names)) != len(names):
+        raise SchemaError(f"result columns repeated: {names}")
+    n = rows.num_rows
+    columns = []
+    for f in ROW_SCHEMA:
+        if f.name in names:
+            col = rows[f.name]
+            try:
+                col = pc.cast(col, f.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SchemaError(f"result column {f.name!r} cannot be read as {f.type} ({exc})") from exc
+        elif f.name == "trial":
+            col = pa.chunked_array([pa.array(np.zeros(n, dtype=np.int32))])
+        else:
+            col = pa.chunked_array([pa.nulls(n, f.type)])
+        columns.append(col)
+    table = pa.Table.from_arrays(columns, schema=ROW_SCHEMA)
+    for key in ("query_id", "trial", "metric"):
+        nulls = table[key].null_count
+        if nulls:
+            first = int(np.flatnonzero(table[key].is_null().to_numpy(zero_copy_only=False))[0])
+            raise SchemaError(f"result rows: column {key!r} is null in {nulls} row(s), first at row {first}")
+    if n:
+        if pc.min(table["trial"]).as_py() < 0:
+            raise SchemaError("result rows: trial must be >= 0")
+        if pc.any(pc.is_inf(table["value"])).as_py():
+            raise SchemaError("result rows: value is infinite; a metric value is finite or NaN (undefined)")
+        jf = table["judged_fraction"].to_numpy(zero_copy_only=False)
+        if jf.size and np.any((jf < 0) | (jf > 1)):
+            raise SchemaError(
+                f"result rows: judged_fraction must lie in [0, 1] (NaN/null = unknown), got "
+                f"[{np.nanmin(jf)}, {np.nanmax(jf)}]"
+            )
+    return table
+
+
+def _normalize_done(done: Iterable[tuple[str, int, str, str | None]]) -> pa.Table:
+    entries = list(done)
+    for k, entry in enumerate(entries):
+        if not isinstance(entry, Sequence) or isinstance(entry, str) or len(entry) != 4:
+            raise SchemaError(f"done[{k}] = {entry!r}; expected (query_id, trial, status, error)")
+        query_id, trial, status, error = entry
+        if not isinstance(query_id, str) or not query_id:
+            raise SchemaError(f"done[{k}]: query_id {query_id!r} must be a non-empty string")
+        if isinstance(trial, bool) or not isinstance(trial, int | np.integer) or trial < 0:
+            raise SchemaError(f"done[{k}]: trial {trial!r} must be an integer >= 0")
+        if status not in QUERY_STATUSES:
+            raise SchemaError(f"done[{k}]: status {status!r} must be one of {QUERY_STATUSES}")
+        if error is not None and not isinstance(error, str):
+            raise SchemaError(f"done[{k}]: error must be a string or None, got {type(error).__name__}")
+    seen: set[tuple[str, int]] = set()
+    for query_id, trial, _, _ in entries:
+        if (query_id, int(trial)) in seen:
+            raise SchemaError(
+                f"done markers: ({query_id!r}, {trial}) appears twice in one batch; send it once"
+            )
+        seen.add((query_id, int(trial)))
+    return pa.table(
+        {
+            "query_id": pa.array([e[0] for e in entries], pa.string()),
+            "trial": pa.array([int(e[1]) for e in entries], pa.int32()),
+            "status": pa.array([e[2] for e in entries], pa.string()),
+            "error": pa.array([e[3] for e in entries], pa.string()),
+        }
+    )
+
+
+def _check_unique(table: pa.Table, key: tuple[str, ...], what: str) -> None:
+    counts = table.group_by(list(key)).aggregate([([], "count_all")])
+    if counts.num_rows == table.num_rows:
+        return
+    dup = counts.filter(pc.greater(counts["count_all"], 1))
+    example = {k: dup[k][0].as_py() for k in key}
+    raise SchemaError(
+        f"{what}: {dup.num_rows} key(s) {key} appear more than once in one batch, e.g. {example}; "
+        "send each key once per batch"
+    )
+
+
+__all__ = ["DEFAULT_PATH", "RUN_STATUSES", "RunRecord", "Store", "WideResults", "config_digest"]

@@ -1,0 +1,111 @@
+"""The results store's tables, as DDL and as the Arrow schema a batch of result rows is cast to.
+
+One row per (run, query, trial, metric) in ``results``; the pins that make runs comparable (dataset version,
+corpus digest, config sha, metric version, judge model, rubric sha, hit rule, gain, ties) live once per run in
+``runs``; ``query_status`` records which (query, trial) pairs finished, written in the same transaction as
+their result rows so that "done" implies "all rows present". ``docs/store.md`` documents every column.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+# Bump when a table or column changes; an unknown version refuses to open rather than misread data.
+SCHEMA_VERSION = 1
+
+RUN_STATUSES = ("running", "complete", "failed")
+QUERY_STATUSES = ("done", "error")
+
+DDL = f"""
+CREATE TABLE schema_info (
+    version          INTEGER NOT NULL,
+    created_at       TIMESTAMP NOT NULL,
+    ragassay_version VARCHAR
+);
+CREATE TABLE runs (
+    run_id              VARCHAR PRIMARY KEY,
+    name                VARCHAR NOT NULL,
+    status              VARCHAR NOT NULL CHECK (status IN {RUN_STATUSES}),
+    created_at          TIMESTAMP NOT NULL,
+    finished_at         TIMESTAMP,
+    git_sha             VARCHAR,
+    dataset_version     VARCHAR,
+    corpus_digest       VARCHAR,
+    golden_sha256       VARCHAR,
+    config              JSON,
+    config_sha          VARCHAR,
+    metric_version      VARCHAR,
+    judge_model         VARCHAR,
+    rubric_sha          VARCHAR,
+    gain                VARCHAR,
+    relevance_threshold INTEGER,
+    hit_rule            VARCHAR,
+    ties                VARCHAR,
+    trials              INTEGER,
+    n_queries           INTEGER,
+    source              VARCHAR NOT NULL,
+    ragassay_version    VARCHAR,
+    extra               JSON
+);
+CREATE TABLE results (
+    run_id          VARCHAR NOT NULL,
+    query_id        VARCHAR NOT NULL,
+    trial           INTEGER NOT NULL,
+    metric          VARCHAR NOT NULL,
+    value           DOUBLE,
+    defined         BOOLEAN NOT NULL,
+    stratum         VARCHAR,
+    judged_fraction DOUBLE,
+    latency_ms      DOUBLE,
+    tokens_in       INTEGER,
+    tokens_out      INTEGER,
+    cost            DOUBLE,
+    trace_id        VARCHAR,
+    PRIMARY KEY (run_id, query_id, trial, metric)
+);
+CREATE TABLE query_status (
+    run_id     VARCHAR NOT NULL,
+    query_id   VARCHAR NOT NULL,
+    trial      INTEGER NOT NULL,
+    status     VARCHAR NOT NULL CHECK (status IN {QUERY_STATUSES}),
+    error      VARCHAR,
+    written_at TIMESTAMP NOT NULL,
+    PRIMARY KEY (run_id, query_id, trial)
+);
+"""
+
+TABLES = ("schema_info", "runs", "results", "query_status")
+
+# Columns a caller supplies per result row (run_id comes from the call, `defined` is derived from value).
+ROW_SCHEMA = pa.schema(
+    [
+        ("query_id", pa.string()),
+        ("trial", pa.int32()),
+        ("metric", pa.string()),
+        ("value", pa.float64()),
+        ("stratum", pa.string()),
+        ("judged_fraction", pa.float64()),
+        ("latency_ms", pa.float64()),
+        ("tokens_in", pa.int32()),
+        ("tokens_out", pa.int32()),
+        ("cost", pa.float64()),
+        ("trace_id", pa.string()),
+    ]
+)
+REQUIRED_ROW_COLUMNS = ("query_id", "metric", "value")
+
+RESULT_COLUMNS = (
+    "run_id",
+    "query_id",
+    "trial",
+    "metric",
+    "value",
+    "defined",
+    "stratum",
+    "judged_fraction",
+    "latency_ms",
+    "tokens_in",
+    "tokens_out",
+    "cost",
+    "trace_id",
+)
