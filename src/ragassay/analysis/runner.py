@@ -117,7 +117,8 @@ def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpu
         if traces_dir is not None:
             if writer is None:
                 writer = TraceWriter(Path(traces_dir) / f"{run_id}.jsonl", header, mode="a")
-            writer.write_all(traces)
+            # a batch whose traces landed but whose rows did not commit is re-run on resume: write it once
+            writer.write_all([t for t in traces if t.key not in writer.done])
         _write_scored(store, run_id, scored, keys, {t.key: t for t in traces})
         if progress:
             progress(min(start + BATCH_QUERIES, total), total)

@@ -82,39 +82,56 @@ class EvidenceIndex:
         return self.grades_for_keys(self.encode(query_ids, doc_ids), starts, ends, rule)
 
     def grades_for_keys(self, keys: np.ndarray, starts, ends, rule: str | HitRule = "any_overlap"):
+        keys = np.asarray(keys, dtype=np.int64)
+        grade = np.zeros(len(keys), dtype=np.float64)
+        judged = np.zeros(len(keys), dtype=bool)
+        unit, ev = self.hit_pairs(keys, starts, ends, rule)
+        if len(unit):
+            np.maximum.at(grade, unit, self.grade[ev])
+            judged[unit] = True
+        return grade, judged
+
+    def hit_pairs(self, keys: np.ndarray, starts, ends,
+                  rule: str | HitRule = "any_overlap") -> tuple[np.ndarray, np.ndarray]:
+        """All (unit index, evidence row) pairs where the unit hits the evidence under `rule`.
+
+        Evidence rows index ``self.start/end/grade/key``. Candidates come from a binary search within the
+        unit's (query, doc) group; the overlap test runs once per candidate rank over all units at once.
+        """
         rule = HitRule.parse(rule)
         keys = np.asarray(keys, dtype=np.int64)
         us = np.asarray(starts, dtype=np.int64)
         ue = np.asarray(ends, dtype=np.int64)
-        n = len(keys)
-        grade = np.zeros(n, dtype=np.float64)
-        judged = np.zeros(n, dtype=bool)
-        if n == 0 or len(self.key) == 0:
-            return grade, judged
-        if rule.kind == "doc":
-            pos = np.searchsorted(self._doc_key, keys)
-            pos_c = np.minimum(pos, len(self._doc_key) - 1)
-            hit = (keys >= 0) & (self._doc_key[pos_c] == keys)
-            grade[hit] = self._doc_max[pos_c[hit]]
-            return grade, hit
+        empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        if len(keys) == 0 or len(self.key) == 0:
+            return empty
         lo = np.searchsorted(self.key, keys, side="left")
-        # evidence of the same (query, doc) that starts before the unit ends: sorted by start within a key
-        hi = lo + _count_before(self.key, self.start, keys, ue, lo)
+        if rule.kind == "doc":
+            hi = np.searchsorted(self.key, keys, side="right")
+        else:
+            # evidence of the same (query, doc) that starts before the unit ends (sorted by start)
+            hi = lo + _count_before(self.key, self.start, keys, ue, lo)
         hi[keys < 0] = lo[keys < 0]
-        width = int((hi - lo).max()) if n else 0
+        width = int((hi - lo).max())
+        units, evs = [], []
         for j in range(width):
             idx = lo + j
             live = idx < hi
             ii = np.where(live, idx, 0)
-            es, ee = self.start[ii], self.end[ii]
-            overlap = np.minimum(ee, ue) - np.maximum(es, us)
-            if rule.kind == "any_overlap":
-                hit = live & (overlap > 0)
+            if rule.kind == "doc":
+                hit = live
             else:
-                hit = live & (overlap > 0) & (overlap >= rule.fraction * (ee - es) - 1e-9)
-            judged |= hit
-            grade = np.where(hit, np.maximum(grade, self.grade[ii]), grade)
-        return grade, judged
+                es, ee = self.start[ii], self.end[ii]
+                overlap = np.minimum(ee, ue) - np.maximum(es, us)
+                hit = live & (overlap > 0)
+                if rule.kind == "min_fraction":
+                    hit &= overlap >= rule.fraction * (ee - es) - 1e-9
+            sel = np.flatnonzero(hit)
+            units.append(sel)
+            evs.append(ii[sel])
+        if not units:
+            return empty
+        return np.concatenate(units), np.concatenate(evs)
 
 
 def _count_before(key: np.ndarray, start: np.ndarray, qkeys: np.ndarray, qend: np.ndarray,
