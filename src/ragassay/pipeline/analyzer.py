@@ -92,8 +92,12 @@ def coverage(query_terms: list[str], text_terms: set[str], stats: TermStats) -> 
 
 
 def weighted_coverage(weights: dict[str, float], text_terms: set[str] | frozenset[str]) -> float:
-    """:func:`coverage` with the query's idf weights precomputed."""
-    total = sum(weights.values())
+    """:func:`coverage` with the query's idf weights precomputed.
+
+    Sums are exact (``math.fsum``), so the value does not depend on the order of the weights dict, which
+    follows string hashing and so changes between processes.
+    """
+    total = math.fsum(weights.values())
     if total <= 0:
         return 0.0
-    return sum(w for t, w in weights.items() if t in text_terms) / total
+    return math.fsum([w for t, w in weights.items() if t in text_terms]) / total

@@ -133,10 +133,16 @@ class EmbeddingCache:
         self._dirty = False
 
 
-def load_chunk_artifact(path: Path, docs: dict[str, str]) -> tuple[list, list[list[str]]] | None:
-    """Chunk spans and analyzed terms saved by :func:`save_chunk_artifact`, or None if absent/damaged.
+def load_chunk_artifact(
+    path: Path, docs: dict[str, str]
+) -> tuple[list, list[list[str]], list[list[str]]] | None:
+    """(chunks, BM25-analyzer terms, sentences) saved by :func:`save_chunk_artifact`.
 
-    Spans are re-sliced from the canonical text, so the cached file can never disagree with the corpus.
+    ``sentences[i]`` lists chunk i's sentences as ``[start, end, support-analyzer terms]`` (offsets relative
+    to the chunk).
+
+    None if the file is absent or damaged. Spans are re-sliced from the canonical text, so the cached file
+    can never disagree with the corpus.
     """
     from ragassay.pipeline.chunkers import Chunk
 
@@ -145,16 +151,16 @@ def load_chunk_artifact(path: Path, docs: dict[str, str]) -> tuple[list, list[li
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         chunks = [Chunk(f"{d}:{a}-{b}", d, a, b, docs[d][a:b], n) for d, a, b, n in data["chunks"]]
-        terms = data["terms"]
+        terms, support = data["terms"], data["sentences"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if len(terms) != len(chunks):
+    if not len(terms) == len(support) == len(chunks):
         return None
-    return chunks, terms
+    return chunks, terms, support
 
 
-def save_chunk_artifact(path: Path, chunks: list, terms: list[list[str]]) -> None:
+def save_chunk_artifact(path: Path, chunks: list, terms: list[list[str]], sentences: list[list]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = json.dumps({"chunks": [[c.doc_id, c.start, c.end, c.tokens] for c in chunks], "terms": terms},
-                      ensure_ascii=False, separators=(",", ":"))
+    body = json.dumps({"chunks": [[c.doc_id, c.start, c.end, c.tokens] for c in chunks], "terms": terms,
+                       "sentences": sentences}, ensure_ascii=False, separators=(",", ":"))
     _atomic_write(path, lambda p: Path(p).write_text(body, encoding="utf-8"))

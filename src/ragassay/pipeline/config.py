@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ragassay.errors import SchemaError
+from ragassay.pipeline.generator import DEFAULT_ABSTAIN_FLOOR
 from ragassay.pipeline.tokens import TOKEN_COUNTER_NAME
 
 
@@ -81,8 +82,10 @@ class PackerConfig(_Section):
 
 class GeneratorConfig(_Section):
     kind: Literal["extractive"] = "extractive"
-    abstain_floor: float = Field(default=0.4, ge=0, le=1)
+    abstain_floor: float = Field(default=DEFAULT_ABSTAIN_FLOOR, ge=0, le=1,
+                                 description="least support a sentence needs to be used (see generator.py)")
     max_sentences: int = Field(default=2, ge=1)
+    absent_names: bool = Field(default=True, description="abstain when the question names an unseen term")
 
 
 class PipelineConfig(_Section):

@@ -39,7 +39,13 @@ class ExactIndex:
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         q = np.atleast_2d(np.asarray(queries, dtype=np.float32))
-        return _topk_rows(q @ self.vectors.T, k)
+        # One product per query row: BLAS sums in a shape-dependent order, and a query's scores must not
+        # depend on which other queries share the batch (bit-identical to searching it alone).
+        vt = self.vectors.T
+        scores = np.empty((q.shape[0], self.vectors.shape[0]), dtype=np.float32)
+        for r in range(q.shape[0]):
+            scores[r] = q[r : r + 1] @ vt
+        return _topk_rows(scores, k)
 
 
 class HNSWIndex:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -124,6 +125,33 @@ class Trace(_Strict):
     @property
     def key(self) -> tuple[str, int]:
         return (self.query_id, self.trial)
+
+
+def trusted_units(spans: Sequence[tuple[str, str, int, int, str | None, int | None]],
+                  ranked: Iterable[tuple[int, tuple[int, float | None]]], with_text: bool = False) -> list[Unit]:
+    """:class:`Unit` objects from values that trusted code produced, without validation.
+
+    ``spans[i]`` is ``(unit_id, doc_id, start, end, text, tokens)`` of unit i; ``ranked`` yields
+    ``(rank, (i, score))``; ``text`` is kept only when ``with_text``. For producers only (the reference
+    pipeline builds tens of thousands per run): each result is equal to, and dumps the same JSON as,
+    ``Unit(...)`` with the same values. It sets the four slots pydantic's own constructor sets
+    (``Unit.model_construct`` does the same but costs more than validating). All fields are set, so the
+    units share one fields-set object: pydantic only ever adds names to it, and every name is already
+    there. Data read from outside is validated (:class:`Trace`, the JSONL reader).
+    """
+    new, setattr_ = object.__new__, object.__setattr__
+    fields_set = set(Unit.model_fields)
+    out = []
+    for rank, (i, score) in ranked:
+        uid, doc, a, b, text, tokens = spans[i]
+        u = new(Unit)
+        setattr_(u, "__dict__", {"unit_id": uid, "doc_id": doc, "start": a, "end": b, "score": score,
+                                 "rank": rank, "text": text if with_text else None, "tokens": tokens})
+        setattr_(u, "__pydantic_fields_set__", fields_set)
+        setattr_(u, "__pydantic_extra__", None)
+        setattr_(u, "__pydantic_private__", None)
+        out.append(u)
+    return out
 
 
 class RunHeader(_Strict):
