@@ -20,7 +20,7 @@ from ragassay.golden import GOLDEN_FILE, GoldenSet, build_golden, bundled_golden
 from ragassay.store import RunRecord, Store
 from ragassay.trace import RunHeader, Trace, TraceWriter, read_traces
 
-BATCH_QUERIES = 16
+BATCH_QUERIES = 64
 
 
 def git_sha(cwd: str | Path | None = None) -> str | None:
@@ -111,7 +111,7 @@ def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpu
     total = len(todo)
     for start in range(0, total, BATCH_QUERIES):
         batch = todo[start:start + BATCH_QUERIES]
-        traces: list[Trace] = [pipe.run_query(q, tr) for q, tr in batch]
+        traces: list[Trace] = pipe.run_batch(batch)
         keys = [(q.query_id, tr) for q, tr in batch]
         scored = score_traces(golden, traces, header, opt, keys=keys, doc_lengths=doc_lengths)
         if traces_dir is not None:

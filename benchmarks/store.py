@@ -1,0 +1,70 @@
+"""Store + compare at scale: write 1,000,000 result rows (two runs of 500,000) and compare the runs over
+all metrics x strata with 10,000 paired-bootstrap resamples. Prints wall times and peak memory.
+
+Usage: python benchmarks/store.py [n_queries_per_run] [n_metrics]
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ragassay.analysis.compare import compare_runs
+from ragassay.store import RunRecord, Store
+
+STRATA = ("lexical", "paraphrase", "multi_hop", "long_tail", "tabular", "negative", "temporal")
+
+
+def _rows(rng, n_queries: int, n_metrics: int, shift: float) -> dict:
+    qids = np.asarray([f"q{i:06d}" for i in range(n_queries)], dtype=object)
+    strata = np.asarray(STRATA, dtype=object)[np.arange(n_queries) % len(STRATA)]
+    values = (rng.random((n_queries, n_metrics)) < 0.6 + shift).astype(np.float64)
+    values[strata == "negative", : n_metrics // 2] = np.nan  # undefined on negatives, as recall is
+    metrics = np.asarray([f"metric_{j:03d}@10" for j in range(n_metrics)], dtype=object)
+    return {
+        "query_id": np.repeat(qids, n_metrics),
+        "trial": np.zeros(n_queries * n_metrics, dtype=np.int32),
+        "metric": np.tile(metrics, n_queries),
+        "value": values.ravel(),
+        "stratum": np.repeat(strata, n_metrics),
+        "latency_ms": np.repeat(rng.gamma(2.0, 20.0, n_queries), n_metrics),
+    }
+
+
+def main(n_queries: int = 5_000, n_metrics: int = 100, batch_queries: int = 500) -> dict:
+    rng = np.random.default_rng(0)
+    tmp = Path(tempfile.mkdtemp(prefix="ragassay-store-bench-"))
+    timings = {}
+    t0 = time.perf_counter()
+    with Store.open(tmp / "bench.duckdb") as st:
+        run_ids = []
+        for name, shift in (("base", 0.0), ("cand", 0.02)):
+            rid = st.create_run(RunRecord(name=name, dataset_version="bench@1", corpus_digest="sha256:bench",
+                                          metric_version="bench", config={"shift": shift}, hit_rule="any_overlap"))
+            rows = _rows(rng, n_queries, n_metrics, shift)
+            step = batch_queries * n_metrics
+            for s in range(0, n_queries * n_metrics, step):
+                st.write_batch(rid, {k: v[s:s + step] for k, v in rows.items()})
+            st.finish_run(rid)
+            run_ids.append(rid)
+        timings["write_s"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        comp = compare_runs(st, run_ids[0], run_ids[1], n_resamples=10_000)
+        timings["compare_s"] = time.perf_counter() - t1
+    timings["total_s"] = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    n_rows = 2 * n_queries * n_metrics
+    print(f"store + compare: wrote {n_rows:,} rows (2 runs x {n_queries:,} queries x {n_metrics} metrics) in "
+          f"{timings['write_s']:.2f} s; compare over {len(comp.rows):,} metric x stratum rows with 10,000 "
+          f"resamples in {timings['compare_s']:.2f} s; total {timings['total_s']:.2f} s (target <= 10 s); "
+          f"peak RSS {peak:,.0f} MB (target < 2,048 MB)")
+    return {**timings, "rows": n_rows, "compare_rows": len(comp.rows), "peak_rss_mb": peak}
+
+
+if __name__ == "__main__":
+    main(*(int(a) for a in sys.argv[1:3]))

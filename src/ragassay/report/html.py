@@ -1,0 +1,781 @@
+"""The self-contained HTML report: one ``index.html`` with inline CSS, a small inline script for the
+per-query table, and inline SVG plots.
+
+``render_report(data, out_dir)`` takes a plain JSON-like dict (the contract is in ``docs/report.md``),
+validates its shape at the boundary, turns it into display rows and renders ``templates/report.html.j2``
+with Jinja2 autoescaping, so every string that came from ``data`` is escaped. The page makes no network
+request: a Content-Security-Policy meta tag forbids every fetch (``default-src 'none'``) and allows only the
+report's own script, by its sha256 hash, so an injected script could not run even if escaping failed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
+
+from ragassay.errors import InputError, SchemaError
+from ragassay.report import fmt, svg
+
+PIN_ORDER = (
+    "dataset_version",
+    "corpus_digest",
+    "config_sha",
+    "metric_version",
+    "hit_rule",
+    "gain",
+    "relevance_threshold",
+    "ties",
+    "git_sha",
+    "trials",
+)
+# Pins that differ between runs by construction (the thing being compared); any other pin that differs
+# means the runs were measured under different definitions.
+DESIGN_PINS = frozenset({"config_sha", "git_sha"})
+OUTCOMES = ("answered", "abstained", "refused", "error")
+VERDICT_CLASS = {
+    "improved": "good",
+    "regressed": "bad",
+    "equivalent": "good-muted",
+    "no credible change": "neutral",
+    "pass": "good",
+    "warn": "warn",
+    "fail": "bad",
+}
+GATE_CLASS = {"PASS": "pass", "WARN": "warn", "FAIL": "fail"}
+DEFAULT_QUERY_COLUMNS = 2
+_TEMPLATES = Path(__file__).parent / "templates"
+
+
+def render_report(data: Mapping, out_dir: str | Path) -> Path:
+    """Render ``data`` to ``out_dir/index.html`` and return that path.
+
+    The file is written to a temporary file in ``out_dir`` and moved into place with ``os.replace``, so a
+    reader never sees a half-written report. ``data`` needs ``title`` and ``runs``; every other section is
+    rendered only when its key is present. Malformed data raises ``SchemaError`` naming the key path.
+    """
+    context = build_context(data)
+    html = _environment().get_template("report.html.j2").render(**context)
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(
+            f"{out}: cannot create the report directory ({e.strerror}); pass a writable -o DIR"
+        ) from e
+    target = out / "index.html"
+    fd, tmp = tempfile.mkstemp(prefix=".index.", suffix=".html.tmp", dir=out)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(html)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("ragassay.report", "templates"),
+        autoescape=select_autoescape(
+            enabled_extensions=("html", "html.j2", "j2"), default=True, default_for_string=True
+        ),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["num"] = fmt.num
+    env.filters["signed"] = fmt.signed
+    env.filters["pvalue"] = fmt.pvalue
+    env.filters["ms"] = fmt.ms
+    env.filters["value"] = fmt.value_text
+    env.filters["sortv"] = fmt.sort_key
+    return env
+
+
+def _asset(name: str) -> str:
+    return (_TEMPLATES / name).read_text(encoding="utf-8")
+
+
+def _csp(script: str) -> str:
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    return (
+        f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; img-src data:; "
+        "base-uri 'none'; form-action 'none'"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- validation
+
+
+def _fail(path: str, problem: str, fix: str) -> SchemaError:
+    return SchemaError(f"report data: `{path}` {problem}; {fix}")
+
+
+def _mapping(x: object, path: str) -> Mapping:
+    if not isinstance(x, Mapping):
+        raise _fail(path, f"must be an object, got {type(x).__name__}", "see docs/report.md for the contract")
+    return x
+
+
+def _list(x: object, path: str) -> Sequence:
+    if isinstance(x, (str, bytes)) or not isinstance(x, Sequence):
+        raise _fail(path, f"must be a list, got {type(x).__name__}", "see docs/report.md for the contract")
+    return x
+
+
+def _need(d: Mapping, key: str, path: str) -> object:
+    if key not in d:
+        raise _fail(f"{path}.{key}" if path else key, "is missing", "add it (see docs/report.md)")
+    return d[key]
+
+
+def _numbers(x: object, path: str, n: int | None = None, what: str = "") -> list:
+    seq = _list(x, path)
+    for i, v in enumerate(seq):
+        if v is not None and not fmt.is_number(v):
+            raise _fail(f"{path}[{i}]", f"must be a number or null, got {v!r}", "write null for undefined")
+    if n is not None and len(seq) != n:
+        raise _fail(
+            path, f"has {len(seq)} values but {what} names {n}", "give one value per run (null if undefined)"
+        )
+    return list(seq)
+
+
+# ---------------------------------------------------------------------------------------------- context
+
+
+def build_context(data: Mapping) -> dict:
+    """Validate ``data`` and turn it into the display rows the template renders (all text still raw; the
+    template escapes it)."""
+    data = _mapping(data, "<root>")
+    title = _need(data, "title", "")
+    if not isinstance(title, str) or not title.strip():
+        raise _fail("title", "must be a non-empty string", "name the report, e.g. 'bm25 vs hybrid'")
+    runs = _list(_need(data, "runs", ""), "runs")
+    run_names: list[str] = []
+    for i, r in enumerate(runs):
+        r = _mapping(r, f"runs[{i}]")
+        run_names.append(str(_need(r, "name", f"runs[{i}]")))
+    colors = {name: svg.PALETTE[i % len(svg.PALETTE)] for i, name in enumerate(run_names)}
+    script = _asset("report.js")
+    ctx: dict = {
+        "title": title,
+        "generated_at": data.get("generated_at"),
+        "ragassay_version": data.get("ragassay_version"),
+        "css": Markup(_asset("report.css")),  # code-owned asset, not data
+        "script": Markup(script),
+        "csp": _csp(script),
+        "runs": _runs_view(runs, run_names),
+        "manifest": _manifest_view(data["manifest"]) if "manifest" in data else None,
+        "stage_table": _stage_view(data["stage_table"]) if "stage_table" in data else None,
+        "strata_table": _strata_view(data["strata_table"]) if "strata_table" in data else None,
+        "comparisons": [
+            _comparison_view(c, i) for i, c in enumerate(_list(data["comparisons"], "comparisons"))
+        ]
+        if "comparisons" in data
+        else None,
+        "forest": _forest_view(data["forest"]) if "forest" in data else None,
+        "recall": _recall_view(data["recall_curves"], colors) if "recall_curves" in data else None,
+        "rerank": _rerank_view(data["rerank_movement"]) if "rerank_movement" in data else None,
+        "abstention": _abstention_view(data["abstention"]) if "abstention" in data else None,
+        "latency": _latency_view(data["latency"], colors) if "latency" in data else None,
+        "oracle": _oracle_view(data["oracle_ladder"]) if "oracle_ladder" in data else None,
+        "gate": _gate_view(data["gate"]) if "gate" in data else None,
+    }
+    queries = _queries_view(data, run_names) if "queries" in data else None
+    ctx["queries"] = queries
+    ctx["worst"] = _worst_view(data, queries) if "worst_regressions" in data else None
+    ctx["nav"] = [
+        (anchor, label)
+        for anchor, label, key in (
+            ("gate", "Gate", "gate"),
+            ("comparisons", "Comparisons", "comparisons"),
+            ("forest", "Forest plot", "forest"),
+            ("stages", "Stages", "stage_table"),
+            ("strata", "Strata", "strata_table"),
+            ("recall", "Recall@k", "recall"),
+            ("rerank", "Rerank movement", "rerank"),
+            ("abstention", "Abstention", "abstention"),
+            ("latency", "Latency", "latency"),
+            ("oracle", "Oracle ladder", "oracle"),
+            ("runs", "Runs & pins", "runs"),
+            ("manifest", "Golden set", "manifest"),
+            ("worst", "Worst regressions", "worst"),
+            ("per-query", "Queries", "queries"),
+        )
+        if ctx.get(key)
+    ]
+    return ctx
+
+
+def _differs(values: Sequence[str]) -> bool:
+    return len(set(values)) > 1
+
+
+def _runs_view(runs: Sequence[Mapping], names: list[str]) -> dict:
+    pin_keys: list[str] = [k for k in PIN_ORDER if any(k in (r.get("pins") or {}) for r in runs)]
+    for i, r in enumerate(runs):
+        pins = _mapping(r.get("pins") or {}, f"runs[{i}].pins")
+        pin_keys += [str(k) for k in pins if str(k) not in pin_keys]
+    pins_rows = []
+    for k in pin_keys:
+        vals = [fmt.value_text((r.get("pins") or {}).get(k)) for r in runs]
+        pins_rows.append({"key": k, "values": vals, "differs": _differs(vals)})
+    flat = [fmt.flatten(_mapping(r.get("config") or {}, f"runs[{i}].config")) for i, r in enumerate(runs)]
+    cfg_keys: list[str] = []
+    for f in flat:
+        cfg_keys += [k for k in f if k not in cfg_keys]
+    cfg_rows = []
+    for k in cfg_keys:
+        vals = [fmt.value_text(f.get(k)) if k in f else "—" for f in flat]
+        cfg_rows.append({"key": k, "values": vals, "differs": _differs(vals)})
+    return {
+        "names": names,
+        "ids": [str(r.get("run_id", "")) for r in runs],
+        "pins": pins_rows,
+        "pins_conflict": [r["key"] for r in pins_rows if r["differs"] and r["key"] not in DESIGN_PINS],
+        "config": cfg_rows,
+        "config_differ": sum(r["differs"] for r in cfg_rows),
+    }
+
+
+def _manifest_view(m: object) -> dict:
+    m = _mapping(m, "manifest")
+    scalars = [
+        (k, fmt.value_text(v)) for k, v in fmt.flatten({k: v for k, v in m.items() if k != "strata"}).items()
+    ]
+    strata = None
+    if isinstance(m.get("strata"), Mapping):
+        cols: list[str] = []
+        for v in m["strata"].values():
+            for k in fmt.flatten(v) if isinstance(v, Mapping) else {"queries": v}:
+                if k not in cols:
+                    cols.append(k)
+        rows = []
+        for name, v in m["strata"].items():
+            f = fmt.flatten(v) if isinstance(v, Mapping) else {"queries": v}
+            rows.append(
+                {"name": str(name), "values": [fmt.value_text(f[c]) if c in f else "—" for c in cols]}
+            )
+        strata = {"columns": cols, "rows": rows}
+    elif "strata" in m:
+        scalars.append(("strata", fmt.value_text(m["strata"])))
+    return {"scalars": scalars, "strata": strata}
+
+
+def _cell(value: object, n_def: object = None, n_undef: object = None) -> dict:
+    """A table cell: the value, and a note with the undefined count when some queries had no value."""
+    nu = int(n_undef) if fmt.is_number(n_undef) else None
+    nd = int(n_def) if fmt.is_number(n_def) else None
+    if fmt.is_defined(value):
+        text = fmt.num(value)
+        note = f"{nu} undefined" if nu else None
+    else:
+        text = fmt.UNDEFINED
+        note = f"n={nu}" if nu else None
+    tip = None
+    if nd is not None or nu is not None:
+        tip = f"defined for {nd if nd is not None else '?'} queries, undefined for {nu if nu is not None else '?'}"
+    return {
+        "text": text,
+        "note": note,
+        "tip": tip,
+        "undefined": not fmt.is_defined(value),
+        "sort": fmt.sort_key(value),
+    }
+
+
+def _stage_view(t: object) -> dict:
+    t = _mapping(t, "stage_table")
+    runs = [str(x) for x in _list(_need(t, "runs", "stage_table"), "stage_table.runs")]
+    rows = []
+    for i, r in enumerate(_list(_need(t, "rows", "stage_table"), "stage_table.rows")):
+        p = f"stage_table.rows[{i}]"
+        r = _mapping(r, p)
+        vals = _numbers(_need(r, "values", p), f"{p}.values", len(runs), "stage_table.runs")
+        nd = _numbers(r.get("n_defined", [None] * len(runs)), f"{p}.n_defined", len(runs), "stage_table.runs")
+        nu = _numbers(
+            r.get("n_undefined", [None] * len(runs)), f"{p}.n_undefined", len(runs), "stage_table.runs"
+        )
+        rows.append(
+            {
+                "stage": str(r.get("stage", "")),
+                "metric": str(r.get("metric", "")),
+                "cells": [_cell(v, a, b) for v, a, b in zip(vals, nd, nu, strict=True)],
+            }
+        )
+    return {"runs": runs, "rows": rows}
+
+
+def _strata_view(t: object) -> dict:
+    t = _mapping(t, "strata_table")
+    runs = [str(x) for x in _list(_need(t, "runs", "strata_table"), "strata_table.runs")]
+    rows = []
+    for i, r in enumerate(_list(_need(t, "rows", "strata_table"), "strata_table.rows")):
+        p = f"strata_table.rows[{i}]"
+        r = _mapping(r, p)
+        vals = _numbers(_need(r, "values", p), f"{p}.values", len(runs), "strata_table.runs")
+        rows.append(
+            {"stratum": str(r.get("stratum", "")), "n": r.get("n"), "cells": [_cell(v) for v in vals]}
+        )
+    return {"runs": runs, "metric": str(t.get("metric", "")), "rows": rows}
+
+
+def _verdict_class(v: object) -> str:
+    return VERDICT_CLASS.get(str(v).strip().lower(), "neutral")
+
+
+def _comparison_view(c: object, i: int) -> dict:
+    p = f"comparisons[{i}]"
+    c = _mapping(c, p)
+    rows = []
+    for j, r in enumerate(_list(c.get("rows", []), f"{p}.rows")):
+        r = _mapping(r, f"{p}.rows[{j}]")
+        for k in ("mean_a", "mean_b", "delta", "ci_low", "ci_high", "p", "p_adj", "sigma_d", "mde"):
+            if r.get(k) is not None and not fmt.is_number(r[k]):
+                raise _fail(
+                    f"{p}.rows[{j}].{k}",
+                    f"must be a number or null, got {r[k]!r}",
+                    "write null for undefined",
+                )
+        wlt = [r.get(k) for k in ("wins", "losses", "ties")]
+        rows.append(
+            {
+                "metric": str(r.get("metric", "")),
+                "stratum": str(r.get("stratum", "")),
+                "is_all": str(r.get("stratum", "")) == "all",
+                "n": fmt.num(r.get("n")),
+                "mean_a": fmt.num(r.get("mean_a")),
+                "mean_b": fmt.num(r.get("mean_b")),
+                "delta": fmt.signed(r.get("delta")),
+                "ci": fmt.ci(r.get("ci_low"), r.get("ci_high")),
+                "ci_class": svg.ci_class(r.get("ci_low"), r.get("ci_high"), r.get("delta")),
+                "p": fmt.pvalue(r.get("p")),
+                "p_adj": fmt.pvalue(r.get("p_adj")),
+                "wlt": "/".join(fmt.num(x) if x is not None else "—" for x in wlt),
+                "sigma_d": fmt.num(r.get("sigma_d")),
+                "mde": fmt.num(r.get("mde")),
+                "verdict": str(r.get("verdict", "")),
+                "verdict_class": _verdict_class(r.get("verdict", "")),
+            }
+        )
+    diff = [
+        {"key": str(d.get("key", "")), "a": fmt.value_text(d.get("a")), "b": fmt.value_text(d.get("b"))}
+        for d in (
+            _mapping(x, f"{p}.config_diff[{k}]")
+            for k, x in enumerate(_list(c.get("config_diff", []), f"{p}.config_diff"))
+        )
+    ]
+    return {
+        "baseline": str(c.get("baseline", "")),
+        "candidate": str(c.get("candidate", "")),
+        "rows": rows,
+        "claims": [str(s) for s in _list(c.get("claims", []), f"{p}.claims")],
+        "config_diff": diff,
+    }
+
+
+def _forest_view(f: object) -> dict | None:
+    f = _mapping(f, "forest")
+    comps = _list(f.get("comparisons", []), "forest.comparisons")
+    for i, c in enumerate(comps):
+        c = _mapping(c, f"forest.comparisons[{i}]")
+        for j, r in enumerate(_list(c.get("rows", []), f"forest.comparisons[{i}].rows")):
+            r = _mapping(r, f"forest.comparisons[{i}].rows[{j}]")
+            for k in ("delta", "ci_low", "ci_high"):
+                if r.get(k) is not None and not fmt.is_number(r[k]):
+                    raise _fail(
+                        f"forest.comparisons[{i}].rows[{j}].{k}",
+                        f"must be a number or null, got {r[k]!r}",
+                        "write null for undefined",
+                    )
+    if not any(c.get("rows") for c in comps):
+        return None
+    return {"metric": str(f.get("metric", "")), "svg": svg.forest_plot(f)}
+
+
+def _recall_view(curves: object, colors: dict[str, str]) -> dict | None:
+    curves = _list(curves, "recall_curves")
+    for i, c in enumerate(curves):
+        c = _mapping(c, f"recall_curves[{i}]")
+        k = _numbers(_need(c, "k", f"recall_curves[{i}]"), f"recall_curves[{i}].k")
+        _numbers(
+            _need(c, "recall", f"recall_curves[{i}]"),
+            f"recall_curves[{i}].recall",
+            len(k),
+            f"recall_curves[{i}].k",
+        )
+        colors.setdefault(str(c.get("run", "")), svg.PALETTE[len(colors) % len(svg.PALETTE)])
+    if not curves:
+        return None
+    return {"svg": svg.recall_plot(curves, colors)}
+
+
+def _rerank_view(rows: object) -> dict | None:
+    rows = [_mapping(r, f"rerank_movement[{i}]") for i, r in enumerate(_list(rows, "rerank_movement"))]
+    table = []
+    for i, r in enumerate(rows):
+        counts = {}
+        for key, _, _ in svg.RERANK_CATEGORIES:
+            v = r.get(key, 0)
+            if not (fmt.is_number(v) and float(v) >= 0 and float(v) == int(v)):
+                raise _fail(
+                    f"rerank_movement[{i}].{key}",
+                    f"must be a non-negative count, got {v!r}",
+                    "give the number of queries in that bucket",
+                )
+            counts[key] = int(v)
+        total = sum(counts.values())
+        table.append(
+            {
+                "run": str(r.get("run", "")),
+                "final_k": r.get("final_k"),
+                "total": total,
+                "cells": [
+                    (counts[k], f"{counts[k] / total:.1%}" if total else fmt.UNDEFINED)
+                    for k, _, _ in svg.RERANK_CATEGORIES
+                ],
+            }
+        )
+    if not rows:
+        return None
+    return {
+        "svg": svg.rerank_plot(rows),
+        "rows": table,
+        "labels": [lab for _, lab, _ in svg.RERANK_CATEGORIES],
+    }
+
+
+def _abstention_view(rows: object) -> dict | None:
+    rows = [_mapping(r, f"abstention[{i}]") for i, r in enumerate(_list(rows, "abstention"))]
+    for i, r in enumerate(rows):
+        for k, _, _ in svg.ABSTENTION_METRICS:
+            if r.get(k) is not None and not fmt.is_number(r[k]):
+                raise _fail(
+                    f"abstention[{i}].{k}",
+                    f"must be a number or null, got {r[k]!r}",
+                    "write null for undefined",
+                )
+    if not rows:
+        return None
+    table = [
+        {
+            "run": str(r.get("run", "")),
+            "recall": fmt.num(r.get("abstention_recall")),
+            "over": fmt.num(r.get("over_refusal")),
+            "precision": fmt.num(r.get("abstention_precision")),
+            "n_negative": fmt.num(r.get("n_negative")),
+            "n_answerable": fmt.num(r.get("n_answerable")),
+            "refused": fmt.num(r.get("refused")),
+            "errors": fmt.num(r.get("errors")),
+        }
+        for r in rows
+    ]
+    return {"svg": svg.abstention_plot(rows), "rows": table}
+
+
+def latency_summary(values: Sequence) -> dict:
+    """Percentiles of per-query latency over the finite values (linear interpolation between order
+    statistics, numpy's default, = Hyndman–Fan type 7). Non-finite values are counted, not used."""
+    v = np.asarray([np.nan if x is None else x for x in values], dtype=float)
+    finite = v[np.isfinite(v)]
+    out = {"values": finite, "n": int(finite.size), "n_dropped": int(v.size - finite.size)}
+    if finite.size:
+        p = np.percentile(finite, [25, 50, 75, 95, 99])
+        out.update(zip(("p25", "p50", "p75", "p95", "p99"), (float(x) for x in p), strict=True))
+        out.update(mean=float(finite.mean()), max=float(finite.max()))
+    else:
+        out.update({k: math.nan for k in ("p25", "p50", "p75", "p95", "p99", "mean", "max")})
+    return out
+
+
+def _latency_view(rows: object, colors: dict[str, str]) -> dict | None:
+    stats = []
+    for i, r in enumerate(_list(rows, "latency")):
+        r = _mapping(r, f"latency[{i}]")
+        vals = _numbers(_need(r, "values_ms", f"latency[{i}]"), f"latency[{i}].values_ms")
+        s = latency_summary(vals)
+        s["run"] = str(r.get("run", ""))
+        colors.setdefault(s["run"], svg.PALETTE[len(colors) % len(svg.PALETTE)])
+        stats.append(s)
+    if not stats:
+        return None
+    return {"svg": svg.latency_plot(stats, colors), "rows": stats}
+
+
+def _oracle_view(o: object) -> dict:
+    o = _mapping(o, "oracle_ladder")
+    rows = [
+        _mapping(r, f"oracle_ladder.rows[{i}]")
+        for i, r in enumerate(_list(o.get("rows", []), "oracle_ladder.rows"))
+    ]
+    cols: list[str] = []
+    for r in rows:
+        cols += [str(k) for k in r if k != "config" and str(k) not in cols]
+    body = [{"config": str(r.get("config", "")), "cells": [_cell(r.get(c)) for c in cols]} for r in rows]
+    diag = o.get("diagnosis")
+    return {"columns": cols, "rows": body, "diagnosis": str(diag) if diag is not None else None}
+
+
+def _gate_view(g: object) -> dict:
+    g = _mapping(g, "gate")
+    verdict = str(_need(g, "verdict", "gate")).upper()
+    checks = [
+        {
+            "name": str(c.get("name", "")),
+            "kind": str(c.get("kind", "")),
+            "verdict": str(c.get("verdict", "")),
+            "verdict_class": _verdict_class(c.get("verdict", "")),
+            "detail": str(c.get("detail", "")),
+        }
+        for c in (
+            _mapping(x, f"gate.checks[{i}]") for i, x in enumerate(_list(g.get("checks", []), "gate.checks"))
+        )
+    ]
+    return {
+        "verdict": verdict,
+        "cls": GATE_CLASS.get(verdict, "neutral"),
+        "baseline": str(g.get("baseline", "")),
+        "candidate": str(g.get("candidate", "")),
+        "checks": checks,
+    }
+
+
+def _overlaps(a0: int, a1: int, b0: int, b1: int) -> bool:
+    return a0 < b1 and b0 < a1
+
+
+def _segments(unit: Mapping, evidence: Sequence[Mapping]) -> list[tuple[str, bool]]:
+    """Split a retrieved unit's text into (text, is_evidence) pieces, marking the characters that fall
+    inside an evidence span of the same document. Marks are drawn only when the text is exactly the
+    unit's canonical slice (len == end − start); otherwise the offsets would point at the wrong letters."""
+    text = str(unit.get("text") or "")
+    s, e = unit.get("start"), unit.get("end")
+    if not (fmt.is_number(s) and fmt.is_number(e)) or len(text) != int(e) - int(s) or not text:
+        return [(text, False)] if text else []
+    s, e = int(s), int(e)
+    mask = np.zeros(len(text), dtype=bool)
+    for ev in evidence:
+        es, ee = ev.get("start"), ev.get("end")
+        if str(ev.get("doc_id")) == str(unit.get("doc_id")) and fmt.is_number(es) and fmt.is_number(ee):
+            lo, hi = max(int(es), s) - s, min(int(ee), e) - s
+            if lo < hi:
+                mask[lo:hi] = True
+    out: list[tuple[str, bool]] = []
+    change = np.flatnonzero(np.diff(mask.astype(np.int8))) + 1
+    bounds = [0, *change.tolist(), len(text)]
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        out.append((text[a:b], bool(mask[a])))
+    return out
+
+
+def _is_hit(unit: Mapping, evidence: Sequence[Mapping]) -> bool:
+    """A unit is highlighted when its scored grade is positive; without a grade, when it overlaps an
+    evidence span of the same document (the any_overlap rule)."""
+    g = unit.get("grade")
+    if fmt.is_defined(g):
+        return float(g) > 0
+    s, e = unit.get("start"), unit.get("end")
+    if not (fmt.is_number(s) and fmt.is_number(e)):
+        return False
+    return any(
+        str(ev.get("doc_id")) == str(unit.get("doc_id"))
+        and fmt.is_number(ev.get("start"))
+        and fmt.is_number(ev.get("end"))
+        and _overlaps(int(s), int(e), int(ev["start"]), int(ev["end"]))
+        for ev in evidence
+    )
+
+
+def _span(x: Mapping) -> str:
+    s, e = x.get("start"), x.get("end")
+    return f"{fmt.num(s)}–{fmt.num(e)}" if s is not None and e is not None else ""
+
+
+def _queries_view(data: Mapping, run_names: list[str]) -> dict | None:
+    queries = [_mapping(q, f"queries[{i}]") for i, q in enumerate(_list(data["queries"], "queries"))]
+    for i, q in enumerate(queries):
+        _need(q, "query_id", f"queries[{i}]")
+    if not queries:
+        return None
+    qruns = list(run_names)
+    metric_order: list[str] = []
+    any_outcome: dict[str, bool] = {}
+    for i, q in enumerate(queries):
+        for name, rr in _mapping(q.get("runs") or {}, f"queries[{i}].runs").items():
+            rr = _mapping(rr, f"queries[{i}].runs.{name}")
+            if str(name) not in qruns:
+                qruns.append(str(name))
+            if rr.get("outcome") is not None:
+                any_outcome[str(name)] = True
+            for m in _mapping(rr.get("metrics") or {}, f"queries[{i}].runs.{name}.metrics"):
+                if str(m) not in metric_order:
+                    metric_order.append(str(m))
+    wanted = data.get("query_columns")
+    columns = (
+        [str(m) for m in _list(wanted, "query_columns")]
+        if wanted is not None
+        else metric_order[:DEFAULT_QUERY_COLUMNS]
+    )
+    anchors = fmt.anchor_ids(str(q["query_id"]) for q in queries)
+    lead = [("query", "text"), ("stratum", "text"), ("answerable", "text")]
+    groups = []
+    for run in qruns:
+        sub = ([("outcome", "text")] if any_outcome.get(run) else []) + [(m, "num") for m in columns]
+        if sub:
+            groups.append({"run": run, "sub": sub})
+    has_worst = any(q.get("worst_delta") for q in queries)
+    tail = [("worst Δ", "num")] if has_worst else []
+    col = 0
+    header_lead, header_groups, header_tail = [], [], []
+    for label, kind in lead:
+        header_lead.append({"label": label, "kind": kind, "col": col})
+        col += 1
+    for g in groups:
+        subs = []
+        for label, kind in g["sub"]:
+            subs.append({"label": label, "kind": kind, "col": col, "run": g["run"]})
+            col += 1
+        header_groups.append({"run": g["run"], "subs": subs})
+    for label, kind in tail:
+        header_tail.append({"label": label, "kind": kind, "col": col})
+        col += 1
+    headers = {"lead": header_lead, "groups": header_groups, "tail": header_tail, "n": col}
+    rows = []
+    for i, q in enumerate(queries):
+        qid = str(q["query_id"])
+        evidence = [
+            _mapping(e, f"queries[{i}].evidence[{j}]")
+            for j, e in enumerate(_list(q.get("evidence") or [], f"queries[{i}].evidence"))
+        ]
+        runs_map = q.get("runs") or {}
+        cells: list[dict] = []
+        details = []
+        for run in qruns:
+            rr = runs_map.get(run)
+            metrics = (rr or {}).get("metrics") or {}
+            if any_outcome.get(run):
+                out = (rr or {}).get("outcome")
+                cells.append(
+                    {
+                        "text": str(out) if out is not None else "—",
+                        "sort": str(out or ""),
+                        "cls": f"outcome outcome-{out}" if out in OUTCOMES else "outcome",
+                    }
+                )
+            for m in columns:
+                v = metrics.get(m)
+                if v is not None and not fmt.is_number(v):
+                    raise _fail(
+                        f"queries[{i}].runs.{run}.metrics.{m}",
+                        f"must be a number or null, got {v!r}",
+                        "write null for undefined",
+                    )
+                cells.append(
+                    {
+                        "text": fmt.num(v) if rr is not None else "—",
+                        "sort": fmt.sort_key(v),
+                        "cls": "num undefined" if rr is not None and not fmt.is_defined(v) else "num",
+                    }
+                )
+            if rr is None:
+                continue
+            retrieved = []
+            for j, u in enumerate(_list(rr.get("retrieved") or [], f"queries[{i}].runs.{run}.retrieved")):
+                u = _mapping(u, f"queries[{i}].runs.{run}.retrieved[{j}]")
+                retrieved.append(
+                    {
+                        "rank": fmt.num(u.get("rank")),
+                        "doc_id": str(u.get("doc_id", "")),
+                        "span": _span(u),
+                        "grade": fmt.num(u.get("grade"), 1) if u.get("grade") is not None else "unjudged",
+                        "hit": _is_hit(u, evidence),
+                        "segments": _segments(u, evidence),
+                    }
+                )
+            details.append(
+                {
+                    "run": run,
+                    "outcome": rr.get("outcome"),
+                    "answer": rr.get("answer"),
+                    "metrics": [(str(k), fmt.num(v)) for k, v in metrics.items()],
+                    "retrieved": retrieved,
+                }
+            )
+        wd = q.get("worst_delta")
+        worst = None
+        if has_worst:
+            if wd:
+                wd = _mapping(wd, f"queries[{i}].worst_delta")
+                worst = {
+                    "text": fmt.signed(wd.get("delta")),
+                    "metric": str(wd.get("metric", "")),
+                    "pair": f"{wd.get('baseline', '')} → {wd.get('candidate', '')}",
+                    "sort": fmt.sort_key(wd.get("delta")),
+                }
+            else:
+                worst = {"text": "—", "metric": "", "pair": "", "sort": ""}
+        ans = q.get("answerable")
+        rows.append(
+            {
+                "anchor": anchors[qid],
+                "query_id": qid,
+                "stratum": str(q.get("stratum", "")),
+                "question": str(q.get("question", "")),
+                "answerable": "—" if ans is None else ("yes" if ans else "no"),
+                "evidence": [
+                    {
+                        "doc_id": str(e.get("doc_id", "")),
+                        "span": _span(e),
+                        "grade": fmt.num(e.get("grade")),
+                        "text": str(e.get("text", "")),
+                    }
+                    for e in evidence
+                ],
+                "cells": cells,
+                "worst": worst,
+                "details": details,
+            }
+        )
+    strata = sorted({r["stratum"] for r in rows})
+    return {
+        "headers": headers,
+        "rows": rows,
+        "strata": strata,
+        "anchors": anchors,
+        "columns": columns,
+        "ncols": headers["n"],
+    }
+
+
+def _worst_view(data: Mapping, queries: dict | None) -> list[dict] | None:
+    ids = [str(x) for x in _list(data["worst_regressions"], "worst_regressions")]
+    if not ids:
+        return None
+    anchors = queries["anchors"] if queries else {}
+    by_id = {r["query_id"]: r for r in queries["rows"]} if queries else {}
+    out = []
+    for qid in ids:
+        row = by_id.get(qid)
+        out.append(
+            {
+                "query_id": qid,
+                "anchor": anchors.get(qid),
+                "stratum": row["stratum"] if row else "",
+                "question": row["question"] if row else "",
+                "worst": row["worst"] if row else None,
+            }
+        )
+    return out

@@ -1,0 +1,138 @@
+"""The report in a real browser: headless Chromium runs the page's script, hostile data stays inert text,
+the sorter and filter work, and a screenshot is saved to test-artifacts/report.png."""
+
+from __future__ import annotations
+
+import html as htmllib
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from report_fixtures import N_QUERIES, PWN_IMG, PWN_SCRIPT, make_data, start_tags
+
+from ragassay.report import render_report
+
+pytestmark = pytest.mark.browser
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+PLOTS = ("plot-forest", "plot-recall", "plot-rerank", "plot-abstention", "plot-latency")
+
+# Runs after the report's own script (it is appended later in the document): sorts the table by one
+# column twice and filters it, recording the outcomes on <body> for --dump-dom to carry out.
+# Runs first in the probe page: a dialog would stall headless Chromium, so an injected alert() is turned into
+# a visible change of the title instead.
+PRELUDE = """<script>window.alert = window.confirm = window.prompt = function () { document.title = "PWNED"; };</script>"""
+HARNESS = """<script>
+(function () {
+  var t = document.getElementById("queries");
+  function ids() { return Array.prototype.map.call(t.tBodies, function (b) { return b.rows[0].cells[0].textContent; }).join(","); }
+  var th = t.tHead.querySelector('th[title="bm25 · recall@10"]');
+  th.click(); document.body.setAttribute("data-asc", ids());
+  th.click(); document.body.setAttribute("data-desc", ids());
+  var s = document.getElementById("q-stratum"); s.value = "exact"; s.dispatchEvent(new Event("change"));
+  document.body.setAttribute("data-shown", Array.prototype.filter.call(t.tBodies, function (b) { return !b.hidden; }).length);
+  document.body.setAttribute("data-count", document.getElementById("q-count").textContent);
+  window.addEventListener("hashchange", function () {
+    document.body.setAttribute("data-opened", String(document.getElementById("q-q005").querySelector("details").open));
+  });
+  location.hash = "#q-q005";
+})();
+</script>"""
+
+
+def _chromium() -> str:
+    exe = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+    if exe is None:
+        pytest.fail(
+            "headless Chromium not found at /usr/bin/chromium: run `apt-get install chromium` "
+            "(or `make browser`) to run the report's browser tests"
+        )
+    return exe
+
+
+def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    cmd = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        "--disable-sync",
+        "--disable-extensions",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--virtual-time-budget=2000",
+        *args,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=45)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def _head_title(dom: str) -> str:
+    return htmllib.unescape(re.search(r"<title>(.*?)</title>", dom, flags=re.S).group(1))
+
+
+def _expected_order(data: dict, run: str, metric: str, descending: bool) -> list[str]:
+    """Stable sort by one run's metric with undefined values last, as the page's sorter promises."""
+    keyed = [(q["runs"][run]["metrics"].get(metric), i, q["query_id"]) for i, q in enumerate(data["queries"])]
+    defined = [x for x in keyed if x[0] is not None and x[0] == x[0]]
+    undefined = [x for x in keyed if not (x[0] is not None and x[0] == x[0])]
+    defined.sort(key=lambda x: (-x[0] if descending else x[0], x[1]))
+    return [qid for _, _, qid in defined + sorted(undefined, key=lambda x: x[1])]
+
+
+def test_hostile_report_stays_inert_and_the_table_script_works(tmp_path):
+    data = make_data(hostile=True)
+    page = render_report(data, tmp_path / "report")
+    # Escaping alone must hold: strip the CSP safety net so an injected script would be free to run.
+    raw = page.read_text(encoding="utf-8")
+    bare = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>\n?', "", raw)
+    assert bare != raw
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        bare.replace("<head>", "<head>" + PRELUDE, 1).replace("</body>", HARNESS + "\n</body>"),
+        encoding="utf-8",
+    )
+    dom = _run(["--dump-dom", probe.as_uri()], tmp_path).stdout
+
+    assert _head_title(dom) == data["title"] and "PWNED" not in _head_title(dom)
+    assert 'data-ready="1"' in dom  # the report's script ran, so the absence of PWNED is meaningful
+    assert "&lt;script&gt;document.title='PWNED'&lt;/script&gt;" in dom  # present as text
+    assert htmllib.escape(PWN_IMG, quote=False) in dom
+    tags = start_tags(dom)
+    assert "img" not in {t for t, _ in tags}
+    assert not [(t, k) for t, a in tags for k in a if k.startswith("on")]  # no event handler reached the DOM
+    assert [t for t, _ in tags].count("svg") == len(PLOTS)  # nor did the injected <svg onload>
+    for cls in PLOTS:
+        assert re.search(rf'<svg class="plot {cls}"', dom), cls
+    assert len(re.findall(r'<tbody class="q"', dom)) == N_QUERIES
+
+    run = data["runs"][0]["name"]
+    body = re.search(r'<body((?:[^>"]|"[^"]*")*)>', dom).group(1)
+    attrs = {k: htmllib.unescape(v) for k, v in re.findall(r'(data-[a-z]+)="([^"]*)"', body)}
+    assert attrs["data-asc"].split(",") == _expected_order(data, run, "recall@10", descending=False)
+    assert attrs["data-desc"].split(",") == _expected_order(data, run, "recall@10", descending=True)
+    n_exact = sum(q["stratum"] == "exact" for q in data["queries"])
+    assert attrs["data-shown"] == str(n_exact) and attrs["data-count"] == f"{n_exact} of {N_QUERIES} queries"
+    assert attrs["data-opened"] == "true"  # following a worst-regression link opens that query's details
+    assert PWN_SCRIPT not in dom
+
+
+def test_report_under_its_csp_runs_and_screenshots(tmp_path):
+    data = make_data(hostile=True)
+    page = render_report(data, tmp_path / "report")
+    dom = _run(["--dump-dom", page.as_uri()], tmp_path).stdout
+    assert 'data-ready="1"' in dom  # the CSP hash admits the report's own script
+    assert _head_title(dom) == data["title"]
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "report.png"
+    shot.unlink(missing_ok=True)
+    clean = render_report(make_data(), tmp_path / "clean")
+    _run([f"--screenshot={shot}", "--window-size=1280,2000", "--hide-scrollbars", clean.as_uri()], tmp_path)
+    assert shot.exists() and shot.stat().st_size > 10_000
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
