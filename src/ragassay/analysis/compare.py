@@ -143,6 +143,8 @@ def compare_wide(a_ids, a_strata, a_values, b_ids, b_values, metrics, *, min_eff
                                n_resamples=n_resamples, seed=seed, confidence=confidence)
         for j, md in enumerate(res.metrics):
             m = metrics[j]
+            if md.n == 0 and stratum != "all":
+                continue  # the metric is undefined on every item of this stratum (e.g. recall on negatives)
             col = d[:, j]
             ok = ~np.isnan(col)
             sd = float(np.std(col[ok], ddof=1)) if ok.sum() >= 2 else float("nan")
@@ -183,8 +185,9 @@ def claim_sentence(row: CompareRow, run_a, run_b, diff: list[tuple[str, object, 
     """A one-sentence claim in the spirit of spec §1.2: dataset and n, hit rule, what changed, the interval."""
     cfg = flatten_config(run_b.config)
     budget = cfg.get("packer.budget_tokens")
-    at_budget = f" at a {budget:,}-token budget" if isinstance(budget, int) and not any(
-        k == "packer.budget_tokens" for k, _, _ in diff) else ""
+    # the budget qualifies a claim only when both runs packed under it (oracle context is not budgeted)
+    at_budget = f" at a {budget:,}-token budget" if isinstance(budget, int) and not cfg.get("oracle") and not any(
+        k in ("packer.budget_tokens", "oracle") for k, _, _ in diff) else ""
     if diff:
         shown = "; ".join(f"{k} {_value_text(a)} → {_value_text(b)}" for k, a, b in diff[:4])
         more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""

@@ -22,7 +22,7 @@ STAGE_METRICS = ("recall@bm25_depth", "recall@dense_depth", "recall@fusion_depth
                  "abstention_recall", "over_refusal", "refused", "error", "citation_validity")
 FOREST_METRIC = "recall@final_k"
 MAX_RETRIEVED_SHOWN = 5
-MAX_TEXT = 600
+MAX_TEXT = 400
 
 
 def _num(x) -> float | None:
@@ -37,7 +37,7 @@ def _clip(text: str) -> str:
 
 
 def pins_of(rec) -> dict:
-    return {"run_id": rec.run_id, "dataset_version": rec.dataset_version, "corpus_digest": rec.corpus_digest,
+    return {"dataset_version": rec.dataset_version, "corpus_digest": rec.corpus_digest,
             "config_sha": rec.config_sha, "metric_version": rec.metric_version, "hit_rule": rec.hit_rule,
             "gain": rec.gain, "relevance_threshold": rec.relevance_threshold, "ties": rec.ties,
             "git_sha": rec.git_sha, "trials": rec.trials, "source": rec.source}

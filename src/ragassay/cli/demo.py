@@ -61,6 +61,24 @@ def _strata_table(summaries: dict[str, dict]) -> Table:
     return t
 
 
+def _verdict_counts(comp) -> str:
+    overall = [r for r in comp.rows if r.stratum == "all"]
+    better = sum(r.verdict.startswith("improved") for r in overall)
+    worse = sum(r.verdict.startswith("regressed") for r in overall)
+    neither = len(overall) - better - worse
+    return f"credibly better on {better}, credibly worse on {worse}, neither on {neither} of {len(overall)} metrics"
+
+
+def _top_claims(comp, limit: int = 3) -> list[str]:
+    """The headline claims with a credible change, largest first."""
+    from ragassay.analysis.compare import claim_sentence
+
+    rows = [r for r in comp.rows if r.stratum == "all" and r.metric in DEMO_STAGE_METRICS
+            and r.metric != "context_tokens" and r.verdict.split(",")[0] in ("improved", "regressed")]
+    rows.sort(key=lambda r: -abs(r.delta))
+    return [claim_sentence(r, comp.run_a, comp.run_b, comp.config_diff) for r in rows[:limit]]
+
+
 def demo(
     out: Path = typer.Option(Path("ragassay-demo"), "-o", "--out", help="Where to write the demo's outputs."),
     resamples: int = typer.Option(10_000, "--resamples", min=100, help="Bootstrap resamples per comparison."),
@@ -91,11 +109,13 @@ def demo(
     console.print(_stage_table(res.summaries))
     console.print(_strata_table(res.summaries))
     for comp in res.comparisons:
-        console.print(f"\n[bold]{comp.run_b.name} vs {comp.run_a.name}[/] "
-                      f"(changed: {len(comp.config_diff)} config keys)")
-        for claim in comp.claims:
+        console.print(f"\n[bold]{comp.run_b.name} vs {comp.run_a.name}[/]: "
+                      f"{_verdict_counts(comp)} (all claims: ragassay compare {comp.run_a.name} {comp.run_b.name} "
+                      f"--store {res.out / 'ragassay.duckdb'})")
+        for claim in _top_claims(comp):
             console.print("• " + claim, markup=False)
-    console.print("\n[bold]oracle ladder[/] (spec §8.4): " + res.ladder["diagnosis"], markup=False)
+    console.print("\n[bold]oracle ladder[/] (spec §8.4): ", end="")
+    console.print(res.ladder["diagnosis"], markup=False)
     console.print()
     print_gate(res.gate)
     console.print(f"\nstore {res.out / 'ragassay.duckdb'}; traces {res.out / 'traces'}")

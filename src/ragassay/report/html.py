@@ -361,7 +361,11 @@ def _comparison_view(c: object, i: int) -> dict:
                 "mean_b": fmt.num(r.get("mean_b")),
                 "delta": fmt.signed(r.get("delta")),
                 "ci": fmt.ci(r.get("ci_low"), r.get("ci_high")),
-                "ci_class": svg.ci_class(r.get("ci_low"), r.get("ci_high"), r.get("delta")),
+                # colour by "better/worse", not by sign: a rise in a lower-is-better metric is a loss
+                "ci_class": (svg.ci_class(r.get("ci_low"), r.get("ci_high"), r.get("delta"))
+                             if r.get("higher_is_better", True)
+                             else svg.ci_class(*(None if v is None else -v
+                                                 for v in (r.get("ci_high"), r.get("ci_low"), r.get("delta"))))),
                 "p": fmt.pvalue(r.get("p")),
                 "p_adj": fmt.pvalue(r.get("p_adj")),
                 "wlt": "/".join(fmt.num(x) if x is not None else "—" for x in wlt),
