@@ -40,7 +40,7 @@ _SUGGEST: dict[str, str] = {
     "hit_rate": "success",
 }
 
-_PATTERN = re.compile(r"^([a-z_\-]+)(?:@(\d+))?$")
+_PATTERN = re.compile(r"^([A-Za-z_\-]+)(?:@(\d+))?$")
 
 
 @dataclass(frozen=True, order=True)
@@ -76,7 +76,9 @@ class Metric:
         if name not in _CUTOFF_RULE:
             hint = _SUGGEST.get(name.lower())
             fix = f"; did you mean {hint}{'@' + k if k else ''}?" if hint else ""
-            raise InputError(f"unknown metric {text!r}{fix} (canonical names: {', '.join(sorted(_CUTOFF_RULE))})")
+            raise InputError(
+                f"unknown metric {text!r}{fix} (canonical names: {', '.join(sorted(_CUTOFF_RULE))})"
+            )
         return cls(name, int(k) if k is not None else None)
 
     def __str__(self) -> str:

@@ -200,5 +200,6 @@ def evaluate(
     run = _Run(matrix, sem)
     n_missing = int(np.count_nonzero(matrix.missing))
     return {
-        m: MetricResult(m, sem, matrix.query_ids, run.compute(m), n_missing=n_missing) for m in dict.fromkeys(parsed)
+        m: MetricResult(m, sem, matrix.query_ids, run.compute(m), n_missing=n_missing)
+        for m in dict.fromkeys(parsed)
     }

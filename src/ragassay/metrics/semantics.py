@@ -42,7 +42,9 @@ class Semantics:
         if self.negatives not in ("nonrelevant", "unjudged"):
             raise InputError(f"unknown negatives rule {self.negatives!r}: use 'nonrelevant' or 'unjudged'")
         if self.relevance_level <= 0:
-            raise InputError(f"relevance_level must be > 0 (got {self.relevance_level}); grade 0 is non-relevant")
+            raise InputError(
+                f"relevance_level must be > 0 (got {self.relevance_level}); grade 0 is non-relevant"
+            )
 
     @classmethod
     def trec_eval(cls, relevance_level: float = 1, gain: Gain = "linear") -> Semantics:

@@ -27,8 +27,6 @@ from ragassay.metrics.names import Metric
 from ragassay.metrics.retrieval import MetricResult, evaluate
 from ragassay.metrics.semantics import Semantics
 
-_HASH_P = np.uint64(0x100000001B3)
-
 
 def _as_string_array(values, what: str) -> pa.Array:
     if isinstance(values, pa.ChunkedArray):
@@ -45,33 +43,54 @@ def _as_string_array(values, what: str) -> pa.Array:
 
 
 def _codes(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """Integer codes (first-appearance order) and the distinct values."""
     enc = values.dictionary_encode()
     return enc.indices.to_numpy().astype(np.int64), enc.dictionary
 
 
-def _string_hash(values: pa.Array) -> np.ndarray:
-    """64-bit polynomial hash of every string, from the raw arrow buffers (equal strings -> equal hashes).
+def _group_codes(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """Like :func:`_codes`, but cheap when equal values sit in contiguous blocks (query ids of a run file)."""
+    n = len(values)
+    if n < 2:
+        return _codes(values)
+    change = np.flatnonzero(~pc.equal(values[1:], values[:-1]).to_numpy(zero_copy_only=False)) + 1
+    starts = np.r_[0, change]
+    heads = values.take(pa.array(starts))
+    head_codes, distinct = _codes(heads)
+    if len(distinct) != len(starts):
+        return _codes(values)
+    return np.repeat(head_codes, np.diff(np.r_[starts, n])), distinct
 
-    h(s) * P^M = sum_j s_j P^(start+j) * P^(M-start) mod 2^64, so one power table and one cumsum serve all rows.
+
+def _string_fingerprint(values: pa.Array) -> np.ndarray:
+    """A cheap 64-bit fingerprint per string from its length and its first and last 8 bytes.
+
+    Equal strings always get equal fingerprints; different strings may collide, so callers confirm every
+    candidate exactly. Reading the raw arrow buffers keeps this to a few gathers instead of hashing every byte.
     """
     off_dtype = np.int64 if pa.types.is_large_string(values.type) else np.int32
     bufs = values.buffers()
     n = len(values)
-    offsets = np.frombuffer(bufs[1], dtype=off_dtype, count=n + 1 + values.offset)[values.offset :].astype(np.int64)
-    lo, hi = int(offsets[0]), int(offsets[-1])
-    data = np.frombuffer(bufs[2], dtype=np.uint8)[lo:hi] if hi > lo else np.zeros(0, dtype=np.uint8)
-    offsets -= lo
-    m = data.size
-    powers = np.empty(m + 1, dtype=np.uint64)
-    powers[0] = 1
-    if m:
-        powers[1:] = _HASH_P
-        np.cumprod(powers, out=powers)
-    csum = np.zeros(m + 1, dtype=np.uint64)
-    if m:
-        np.cumsum(data.astype(np.uint64) * powers[:m], out=csum[1:])
-    h = (csum[offsets[1:]] - csum[offsets[:-1]]) * powers[m - offsets[:-1]]
-    return h ^ ((offsets[1:] - offsets[:-1]).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+    offsets = np.frombuffer(bufs[1], dtype=off_dtype, count=n + 1 + values.offset)[values.offset :].astype(
+        np.int64
+    )
+    raw = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, dtype=np.uint8)
+    padded = np.concatenate([np.zeros(8, np.uint8), raw, np.zeros(8, np.uint8)])
+    # element i of this unaligned view is the little-endian uint64 made of padded[i:i+8]
+    words = np.ndarray(shape=(len(padded) - 7,), dtype="<u8", buffer=padded, offset=0, strides=(1,))
+    start, end = offsets[:-1] + 8, offsets[1:] + 8
+    length = (end - start).astype(np.uint64)
+    short = length < 8
+    keep = np.where(
+        short, (np.uint64(1) << (np.minimum(length, 7) * np.uint64(8))) - np.uint64(1), ~np.uint64(0)
+    )
+    head = words[start] & keep
+    tail = np.where(short, np.uint64(0), words[end - 8])
+    return (
+        (head * np.uint64(0x9E3779B97F4A7C15))
+        ^ (tail * np.uint64(0xC2B2AE3D27D4EB4F))
+        ^ (length * np.uint64(0x165667B19E3779F9))
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,19 +159,23 @@ class Run:
         if np.isnan(s).any():
             row = int(np.flatnonzero(np.isnan(s))[0])
             where = line_of(row) if line_of else f"{source}: row {row + 1}"
-            raise SchemaError(f"{where}: score is missing or not a number; every result needs a numeric score")
+            raise SchemaError(
+                f"{where}: score is missing or not a number; every result needs a numeric score"
+            )
         return cls(q, d, s, source, line_of)
 
     def where(self, row: int) -> str:
         return self.line_of(row) if self.line_of else f"{self.source}: row {row + 1}"
 
 
-def _rank_order(codes: np.ndarray, scores: np.ndarray, docid: pa.Array, ties: str) -> np.ndarray:
+def _rank_order(
+    codes: np.ndarray, n_groups: int, scores: np.ndarray, docid: pa.Array, ties: str
+) -> np.ndarray:
     """Row order: grouped by query, score descending; ties kept as given or by doc id descending (trec_eval)."""
     s = scores.astype(np.float32) if ties == "trec_eval" else scores
     n = len(codes)
     same = codes[1:] == codes[:-1]
-    grouped = np.count_nonzero(~same) + 1 == len(np.unique(codes)) if n else True
+    grouped = np.count_nonzero(~same) + 1 == n_groups if n else True
     if grouped and not np.any(same & (s[1:] > s[:-1])):
         order = np.arange(n)
     else:
@@ -175,26 +198,37 @@ def _rank_order(codes: np.ndarray, scores: np.ndarray, docid: pa.Array, ties: st
 
 
 def _check_duplicates(run: Run, codes: np.ndarray) -> None:
-    h = _string_hash(run.docid) ^ (codes.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F))
-    order = np.argsort(h)
-    hs = h[order]
-    cand = np.flatnonzero(hs[1:] == hs[:-1])
-    for c in cand:
-        a, b = sorted((int(order[c]), int(order[c + 1])))
-        if codes[a] == codes[b] and run.docid[a].as_py() == run.docid[b].as_py():
-            raise SchemaError(
-                f"{run.where(b)}: doc {run.docid[b].as_py()!r} appears twice in the ranking of query "
-                f"{run.qid[b].as_py()!r} (first at {run.where(a)}); each doc may appear once per query"
-            )
+    """SchemaError when a doc appears twice in one query's ranking: fingerprints first, exact check on clashes."""
+    key = _string_fingerprint(run.docid) ^ (codes.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93))
+    sk = np.sort(key)
+    if not np.any(sk[1:] == sk[:-1]):
+        return
+    idx = pa.array(key).dictionary_encode().indices.to_numpy()
+    cand = np.flatnonzero(np.bincount(idx)[idx] > 1)
+    sub = pa.table({"q": codes[cand], "d": run.docid.take(pa.array(cand)), "row": cand})
+    groups = sub.group_by(["q", "d"]).aggregate([("row", "min"), ("row", "max"), ("row", "count")])
+    dup = groups.filter(pc.greater(groups["row_count"], 1))
+    if dup.num_rows:
+        a, b = dup["row_min"][0].as_py(), dup["row_max"][0].as_py()
+        first = int(np.min(dup["row_max"].to_numpy()))
+        if first != b:
+            row = int(np.flatnonzero(dup["row_max"].to_numpy() == first)[0])
+            a, b = dup["row_min"][row].as_py(), first
+        raise SchemaError(
+            f"{run.where(b)}: doc {run.docid[b].as_py()!r} appears twice in the ranking of query "
+            f"{run.qid[b].as_py()!r} (also at {run.where(a)}); each doc may appear once per query"
+        )
 
 
-def build_grade_matrix(qrels: Qrels, run: Run, ties: str = "given", check_duplicates: bool = True) -> GradeMatrix:
+def build_grade_matrix(
+    qrels: Qrels, run: Run, ties: str = "given", check_duplicates: bool = True
+) -> GradeMatrix:
     """Join a run with its labels into a :class:`GradeMatrix` (rows = qrels queries, in qrels order).
 
     Raises InputError when the run shares no query with the qrels and SchemaError on a doc ranked twice for
     one query.
     """
-    codes, run_qids = _codes(run.qid)
+    codes, run_qids = _group_codes(run.qid)
     if check_duplicates and len(codes):
         _check_duplicates(run, codes)
     qmap = pc.index_in(run_qids, value_set=qrels.query_ids).fill_null(-1).to_numpy().astype(np.int64)
@@ -213,7 +247,7 @@ def build_grade_matrix(qrels: Qrels, run: Run, ties: str = "given", check_duplic
         pos = np.minimum(np.searchsorted(qrels.keys, key), len(qrels.keys) - 1)
         found = qrels.keys[pos] == key
         grade[hit[found]] = qrels.key_grades[pos[found]]
-    order = _rank_order(codes, run.score, run.docid, ties)
+    order = _rank_order(codes, len(run_qids), run.score, run.docid, ties)
     order = order[qrow[order] >= 0]
     qo = qrow[order]
     nq = len(qrels.query_ids)
@@ -256,12 +290,13 @@ def _normalize_whitespace(data: bytes) -> bytes:
 class _Lines:
     """Maps a parsed row (blank lines skipped) back to 'file:line' — built only when an error is reported."""
 
-    def __init__(self, path: str, data: bytes):
+    def __init__(self, path: str, data: bytes | None):
         self.path, self.data, self._map = path, data, None
 
     def __call__(self, row: int) -> str:
         if self._map is None:
-            lines = self.data.split(b"\n")
+            data = self.data if self.data is not None else Path(self.path).read_bytes().replace(b"\r", b"")
+            lines = data.split(b"\n")
             self._map = [i + 1 for i, ln in enumerate(lines) if ln.strip()]
         return f"{self.path}:{self._map[row]}"
 
@@ -289,23 +324,26 @@ def _first_bad_line(path: str, data: bytes, ncols: int, numeric: dict[int, type]
 
 
 def _read_table(path: str | os.PathLike, names: list[str], types: dict, what: str, numeric: dict[int, type]):
+    """Parse with pyarrow; single-space files go straight through, others are normalized and parsed again."""
     p = str(path)
+    if not Path(p).is_file():
+        raise InputError(f"{p}: no such {what} file; check the path")
+    opts = dict(
+        read_options=pacsv.ReadOptions(column_names=names),
+        parse_options=pacsv.ParseOptions(delimiter=" ", quote_char=False, ignore_empty_lines=True),
+        convert_options=pacsv.ConvertOptions(
+            column_types=types, include_columns=list(types), null_values=[], strings_can_be_null=False
+        ),
+    )
     try:
-        raw = Path(p).read_bytes()
-    except OSError as exc:
-        raise InputError(f"{p}: cannot read {what} file ({exc.strerror}); check the path") from exc
-    data = _normalize_whitespace(raw)
+        return pacsv.read_csv(p, **opts), _Lines(p, None)
+    except pa.ArrowInvalid:
+        pass  # tabs, repeated spaces or a bad line: normalize separators, then retry or locate the problem
+    data = _normalize_whitespace(Path(p).read_bytes())
     if not data.strip():
         raise InputError(f"{p}: file is empty; expected {what} lines")
     try:
-        table = pacsv.read_csv(
-            pa.BufferReader(data),
-            read_options=pacsv.ReadOptions(column_names=names),
-            parse_options=pacsv.ParseOptions(delimiter=" ", quote_char=False, ignore_empty_lines=True),
-            convert_options=pacsv.ConvertOptions(
-                column_types=types, include_columns=list(types), null_values=[], strings_can_be_null=False
-            ),
-        )
+        table = pacsv.read_csv(pa.BufferReader(data), **opts)
     except pa.ArrowInvalid as exc:
         raise _first_bad_line(p, data, len(names), numeric, what) from exc
     return table, _Lines(p, data)
@@ -315,28 +353,42 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
     """Read a TREC qrels file (``qid iter docid rel``); bad lines raise SchemaError naming file:line."""
     what = "qid iter docid rel"
     table, lines = _read_table(
-        path, ["qid", "iter", "docid", "rel"], {"qid": pa.string(), "docid": pa.string(), "rel": pa.int64()},
-        what, {3: int},
+        path,
+        ["qid", "iter", "docid", "rel"],
+        {"qid": pa.string(), "docid": pa.string(), "rel": pa.int64()},
+        what,
+        {3: int},
     )
-    return Qrels.from_arrays(table["qid"], table["docid"], table["rel"].to_numpy(), source=str(path), line_of=lines)
+    return Qrels.from_arrays(
+        table["qid"], table["docid"], table["rel"].to_numpy(), source=str(path), line_of=lines
+    )
 
 
 def read_run(path: str | os.PathLike) -> Run:
     """Read a TREC run file (``qid Q0 docid rank score tag``); bad lines raise SchemaError naming file:line."""
     what = "qid Q0 docid rank score tag"
     table, lines = _read_table(
-        path, ["qid", "q0", "docid", "rank", "score", "tag"],
-        {"qid": pa.string(), "docid": pa.string(), "score": pa.float64()}, what, {4: float},
+        path,
+        ["qid", "q0", "docid", "rank", "score", "tag"],
+        {"qid": pa.string(), "docid": pa.string(), "score": pa.float64()},
+        what,
+        {4: float},
     )
-    return Run.from_arrays(table["qid"], table["docid"], table["score"].to_numpy(), source=str(path), line_of=lines)
+    return Run.from_arrays(
+        table["qid"], table["docid"], table["score"].to_numpy(), source=str(path), line_of=lines
+    )
 
 
 def write_qrels(path: str | os.PathLike, qid, docid, grade) -> None:
     """Write ``qid 0 docid rel`` lines."""
-    t = pa.table({
-        "q": _as_string_array(qid, "query ids"), "i": pa.array(np.zeros(len(grade), dtype=np.int64)),
-        "d": _as_string_array(docid, "doc ids"), "r": pa.array(np.asarray(grade, dtype=np.int64)),
-    })
+    t = pa.table(
+        {
+            "q": _as_string_array(qid, "query ids"),
+            "i": pa.array(np.zeros(len(grade), dtype=np.int64)),
+            "d": _as_string_array(docid, "doc ids"),
+            "r": pa.array(np.asarray(grade, dtype=np.int64)),
+        }
+    )
     _write(path, t)
 
 
@@ -350,10 +402,16 @@ def write_run(path: str | os.PathLike, qid, docid, score, tag: str = "ragassay")
     starts = np.r_[0, np.flatnonzero(co[1:] != co[:-1]) + 1] if n else np.zeros(0, dtype=np.int64)
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n])) + 1
-    t = pa.table({
-        "q": q, "z": pa.array(["Q0"] * n), "d": _as_string_array(docid, "doc ids"), "k": pa.array(rank),
-        "s": pa.array(np.asarray(score, dtype=np.float64)), "t": pa.array([tag] * n),
-    })
+    t = pa.table(
+        {
+            "q": q,
+            "z": pa.array(["Q0"] * n),
+            "d": _as_string_array(docid, "doc ids"),
+            "k": pa.array(rank),
+            "s": pa.array(np.asarray(score, dtype=np.float64)),
+            "t": pa.array([tag] * n),
+        }
+    )
     _write(path, t)
 
 

@@ -1,0 +1,186 @@
+"""Benchmark: ragassay's ranking metrics against pytrec_eval, ranx and ir_measures on one synthetic run.
+
+10,000 queries x 100 retrieved docs; each query has 3-7 graded relevant docs and some judged non-relevant
+ones. Metrics: nDCG@10, recall@100, AP, RR, bpref, judged@10 (pytrec_eval: ndcg_cut_10, recall_100, map,
+recip_rank, bpref; it has no judged measure). Run: python benchmarks/retrieval_metrics.py [--queries N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ragassay.metrics import Qrels, Run, Semantics, build_grade_matrix, evaluate, read_qrels, read_run
+from ragassay.metrics.trec import write_qrels, write_run
+
+OURS = ["ndcg@10", "recall@100", "ap", "rr", "bpref", "judged@10"]
+PTE = {"ndcg_cut.10", "recall.100", "map", "recip_rank", "bpref"}
+RANX = ["ndcg@10", "recall@100", "map", "mrr"]
+IRM = ["nDCG@10", "R@100", "AP", "RR", "Bpref", "Judged@10"]
+
+
+def synthesize(n_queries: int, depth: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    qids = np.char.add("q", np.arange(n_queries).astype(str))
+    # distinct docs within a ranking (x * depth + a permutation of 0..depth-1), overlapping across queries
+    docs = rng.integers(0, 2_000_000 // depth, size=(n_queries, depth)) * depth + rng.permuted(
+        np.tile(np.arange(depth), (n_queries, 1)), axis=1
+    )
+    run_q = np.repeat(qids, depth)
+    run_d = np.char.add("d", docs.ravel().astype(str))
+    scores = np.sort(rng.random((n_queries, depth)), axis=1)[:, ::-1].ravel() * 100
+    n_rel = rng.integers(3, 8, size=n_queries)
+    n_non = rng.integers(5, 15, size=n_queries)
+    rows_q, rows_d, rows_g = [], [], []
+    for i in range(n_queries):
+        # half the relevant docs are retrieved at random ranks, the rest are unretrieved ids
+        ranks = rng.choice(depth, size=n_rel[i] + n_non[i], replace=False)
+        retrieved = docs[i, ranks]
+        take = rng.random(n_rel[i] + n_non[i]) < 0.6
+        ids = np.where(take, retrieved, rng.integers(2_000_000, 3_000_000, size=len(ranks)))
+        ids = np.unique(ids)
+        k = min(len(ids), n_rel[i])
+        grades = np.r_[rng.integers(1, 4, size=k), np.zeros(len(ids) - k, dtype=np.int64)]
+        rows_q.append(np.full(len(ids), qids[i]))
+        rows_d.append(np.char.add("d", ids.astype(str)))
+        rows_g.append(grades)
+    return (run_q, run_d, scores), (np.concatenate(rows_q), np.concatenate(rows_d), np.concatenate(rows_g))
+
+
+def timed(fn, repeat: int = 3):
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--queries", type=int, default=10_000)
+    ap.add_argument("--depth", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    import pytrec_eval
+
+    (rq, rd, rs), (qq, qd, qg) = synthesize(args.queries, args.depth)
+    sem = Semantics.trec_eval()
+    rows: list[tuple[str, str, float, str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        qrels_path, run_path = Path(tmp) / "qrels.txt", Path(tmp) / "run.txt"
+        write_qrels(qrels_path, qq, qd, qg)
+        write_run(run_path, rq, rd, rs)
+        print(f"{args.queries} queries x {args.depth} docs; qrels {len(qq)} lines; best of {args.repeat}")
+
+        def ours_files():
+            q, r = read_qrels(qrels_path), read_run(run_path)
+            return evaluate(build_grade_matrix(q, r, ties="trec_eval"), OURS, sem)
+
+        t, ours = timed(ours_files, args.repeat)
+        rows.append(("files", "ragassay", t, "read qrels+run, dup check, join, sort check, 6 metrics"))
+
+        def pte_files():
+            with open(qrels_path) as f:
+                qrels = pytrec_eval.parse_qrel(f)
+            with open(run_path) as f:
+                run = pytrec_eval.parse_run(f)
+            return pytrec_eval.RelevanceEvaluator(qrels, PTE).evaluate(run)
+
+        t, pte = timed(pte_files, args.repeat)
+        rows.append(("files", "pytrec_eval", t, "parse_qrel+parse_run, build evaluator, 5 metrics"))
+
+        import ir_measures
+
+        def irm_files():
+            qrels = list(ir_measures.read_trec_qrels(str(qrels_path)))
+            run = list(ir_measures.read_trec_run(str(run_path)))
+            return ir_measures.calc_aggregate([ir_measures.parse_measure(m) for m in IRM], qrels, run)
+
+        t, irm = timed(irm_files, 1)
+        rows.append(("files", "ir_measures", t, "read qrels+run, 6 metrics (1 run)"))
+
+        from ranx import Qrels as RQrels
+        from ranx import Run as RRun
+        from ranx import evaluate as rx_eval
+
+        def ranx_files():
+            qrels = RQrels.from_file(str(qrels_path), kind="trec")
+            run = RRun.from_file(str(run_path), kind="trec")
+            return rx_eval(qrels, run, RANX, make_comparable=True)
+
+        t0 = time.perf_counter()
+        ranx_files()
+        rows.append(("files", "ranx (cold)", time.perf_counter() - t0, "first call: includes numba JIT"))
+        t, rx = timed(ranx_files, args.repeat)
+        rows.append(("files", "ranx (warm)", t, "read qrels+run, 4 metrics"))
+
+    # in memory: the labels are indexed once (like pytrec_eval's evaluator); the run arrives as columns
+    qrels_idx = Qrels.from_arrays(qq, qd, qg)
+    cols = (pa.array(rq), pa.array(rd), rs)
+
+    def ours_mem():
+        run = Run.from_arrays(*cols)
+        return evaluate(build_grade_matrix(qrels_idx, run, ties="trec_eval"), OURS, sem)
+
+    t, ours_m = timed(ours_mem, args.repeat)
+    rows.append(("memory", "ragassay", t, "run columns (arrow) -> dup check, join, matrix, 6 metrics"))
+    qrels_d: dict[str, dict[str, int]] = {}
+    for a, b, g in zip(qq.tolist(), qd.tolist(), qg.tolist(), strict=True):
+        qrels_d.setdefault(a, {})[b] = int(g)
+    run_d: dict[str, dict[str, float]] = {}
+    for a, b, s in zip(rq.tolist(), rd.tolist(), rs.tolist(), strict=True):
+        run_d.setdefault(a, {})[b] = float(s)
+    evaluator = pytrec_eval.RelevanceEvaluator(qrels_d, PTE)
+    t, _ = timed(lambda: evaluator.evaluate(run_d), args.repeat)
+    rows.append(("memory", "pytrec_eval", t, "evaluate(run dict) with a prebuilt evaluator, 5 metrics"))
+    rxq, rxr = RQrels(qrels_d), RRun(run_d)
+    rx_eval(rxq, rxr, RANX)
+    t, _ = timed(lambda: rx_eval(rxq, rxr, RANX), args.repeat)
+    rows.append(("memory", "ranx (warm)", t, "evaluate(prebuilt Qrels, Run), 4 metrics"))
+    t, _ = timed(
+        lambda: ir_measures.calc_aggregate([ir_measures.parse_measure(m) for m in IRM], qrels_d, run_d), 1
+    )
+    rows.append(("memory", "ir_measures", t, "calc_aggregate(dict qrels, dict run), 6 metrics (1 run)"))
+
+    def ours_mem_nodup():
+        run = Run.from_arrays(*cols)
+        return evaluate(
+            build_grade_matrix(qrels_idx, run, ties="trec_eval", check_duplicates=False), OURS, sem
+        )
+
+    t, _ = timed(ours_mem_nodup, args.repeat)
+    rows.append(("memory", "ragassay -dup", t, "as ragassay, without the duplicate-doc check"))
+
+    # agreement check so the timings compare like with like
+    mean = {str(m): r.mean() for m, r in ours.items()}
+    ref = {
+        name: float(np.mean([v[key] for v in pte.values()]))
+        for name, key in [
+            ("ndcg@10", "ndcg_cut_10"),
+            ("recall@100", "recall_100"),
+            ("ap", "map"),
+            ("rr", "recip_rank"),
+            ("bpref", "bpref"),
+        ]
+    }
+    worst = max(abs(mean[k] - v) for k, v in ref.items())
+    mem_worst = max(abs(ours_m[m].mean() - r.mean()) for m, r in ours.items())
+    print(f"max |ragassay - pytrec_eval| over means: {worst:.2e}; files vs memory: {mem_worst:.2e}")
+    print(
+        f"ranx ndcg@10 {rx['ndcg@10']:.6f} vs ragassay {mean['ndcg@10']:.6f}; ir_measures Judged@10 "
+        f"{irm[ir_measures.parse_measure('Judged@10')]:.6f} vs ragassay {mean['judged@10']:.6f}"
+    )
+    print(f"\n{'input':7} {'tool':14} {'seconds':>9} {'ragassay x faster':>18}  includes")
+    base = {r[0]: r[2] for r in rows if r[1] == "ragassay"}
+    for src, tool, t, what in rows:
+        print(f"{src:7} {tool:14} {t:9.3f} {t / base[src]:18.1f}  {what}")
+
+
+if __name__ == "__main__":
+    main()
