@@ -61,6 +61,18 @@ def print_run_summary(rec, summary: dict, golden_manifest: dict | None = None) -
                   "or no value to score; never counted as 0[/]")
 
 
+def _report(st, run_id: str, info: dict | None, manifest: dict, store: Path, json_out: bool) -> None:
+    rec = st.get_run(run_id)
+    summary = run_summary(st.results(run_id))
+    if json_out:
+        print_json({"run": rec.to_dict(), "summary": summary, "import": info})
+        return
+    print_run_summary(rec, summary, manifest)
+    if info:
+        print_import(info)
+    console.print(f"stored as run [bold]{rec.run_id}[/] in {store}")
+
+
 def print_import(info: dict) -> None:
     console.print(f"imported {info['n_traces']} traces: {info['schema_failures']} malformed record(s), "
                   f"{len(info['unknown_queries'])} unknown query id(s), {info['missing']} golden "
@@ -105,15 +117,7 @@ def run(
 
                 run_id, _ = run_pipeline_into_store(st, config, corp, gs, trials=trials, options=opts, name=name,
                                                     resume=resume, traces_dir=traces_dir, progress=tick)
-        rec = st.get_run(run_id)
-        summary = run_summary(st.results(run_id))
-    if json_out:
-        print_json({"run": rec.to_dict(), "summary": summary, "import": info})
-        return
-    print_run_summary(rec, summary, gs.manifest)
-    if info:
-        print_import(info)
-    console.print(f"stored as run [bold]{rec.run_id}[/] in {store}")
+        _report(st, run_id, info, gs.manifest, store, json_out)
 
 
 def score(
@@ -135,14 +139,7 @@ def score(
     opts = ScoringOptions(hit_rule=hit_rule, relevance_threshold=threshold, gain=gain)
     with Store.open(store) as st:
         run_id, info = score_traces_into_store(st, traces, corp, gs, options=opts, name=name)
-        rec = st.get_run(run_id)
-        summary = run_summary(st.results(run_id))
-    if json_out:
-        print_json({"run": rec.to_dict(), "summary": summary, "import": info})
-        return
-    print_run_summary(rec, summary, gs.manifest)
-    print_import(info)
-    console.print(f"stored as run [bold]{rec.run_id}[/] in {store}")
+        _report(st, run_id, info, gs.manifest, store, json_out)
 
 
 def runs(store: Path = STORE_OPT, json_out: bool = typer.Option(False, "--json")) -> None:

@@ -1,0 +1,59 @@
+"""The run -> score -> compare -> report path through the command line, on the bundled example."""
+
+import json
+
+import pytest
+
+from ragassay.analysis.demo import demo_config_dir
+from ragassay.cli.app import main as _main
+
+
+def cli(args, capsys):
+    with pytest.raises(SystemExit) as e:
+        _main(args)
+    out = capsys.readouterr().out
+    return (e.value.code or 0), out
+
+
+def test_run_score_compare_report(tmp_path, capsys):
+    db, traces = str(tmp_path / "r.duckdb"), tmp_path / "traces"
+    code, out = cli(["run", str(demo_config_dir() / "bm25.yaml"), "--store", db, "--traces-dir", str(traces),
+                     "--json"], capsys)
+    assert code == 0
+    run = json.loads(out)
+    assert run["run"]["status"] == "complete" and run["run"]["n_queries"] == 171
+    metrics = {m["metric"]: m for m in run["summary"]["metrics"]}
+    assert metrics["recall@fusion_depth"]["n_undefined"] == 32  # the negative queries: undefined, not 0
+    assert 0 < metrics["recall@fusion_depth"]["mean"] <= 1
+
+    # re-import the run's own traces, with one malformed record appended: counted, never dropped silently
+    (trace_file,) = traces.glob("*.jsonl")
+    with trace_file.open("a") as f:
+        f.write('{"type": "trace", "query_id": "lex-001"}\n')
+    code, out = cli(["score", str(trace_file), "--golden", str(tmp_path / "missing"), "--store", db], capsys)
+    assert code == 2
+    from ragassay.golden import bundled_golden_source
+
+    code, out = cli(["score", str(trace_file), "--golden", str(bundled_golden_source()), "--store", db,
+                     "--name", "reimported", "--json"], capsys)
+    assert code == 0
+    imported = json.loads(out)
+    assert imported["import"]["schema_failures"] == 1 and imported["import"]["missing"] == 0
+    assert imported["run"]["extra"]["problems"][0].startswith(f"{trace_file}:")
+
+    code, out = cli(["compare", "bm25", "reimported", "--store", db, "--resamples", "500", "--json"], capsys)
+    assert code == 0
+    comp = json.loads(out)
+    overall = [r for r in comp["rows"] if r["stratum"] == "all"]
+    assert overall and all(r["delta"] == 0 and r["losses"] == 0 and r["wins"] == 0 for r in overall)
+    assert comp["config_diff"] == []
+
+    code, out = cli(["runs", "--store", db, "--json"], capsys)
+    assert [r["name"] for r in json.loads(out)] == ["bm25", "reimported"]
+
+    code, out = cli(["report", "bm25", "reimported", "--store", db, "-o", str(tmp_path / "rep"),
+                     "--resamples", "500", "--json"], capsys)
+    assert code == 0
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert json.loads(out)["bytes"] == len(page.encode())
+    assert 'id="queries"' in page and "plot-recall" in page
