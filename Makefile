@@ -26,6 +26,7 @@ demo: $(CORE)
 	$(BIN)/ragassay demo
 
 test: $(FULL) browser
+	$(BIN)/ruff check src tests benchmarks
 	TOKENIZERS_PARALLELISM=false $(BIN)/python -m pytest -q
 
 lint: $(FULL)

@@ -11,7 +11,6 @@ import html as htmllib
 import re
 import shutil
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
 import yaml
