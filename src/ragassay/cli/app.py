@@ -7,7 +7,7 @@ import sys
 import typer
 
 from ragassay import __version__
-from ragassay.cli import compare, demo, golden, power, report, run
+from ragassay.cli import compare, demo, golden, power, report, run, trec
 from ragassay.cli.common import EXIT_USAGE, err_console
 from ragassay.errors import RagassayError
 
@@ -28,7 +28,7 @@ def _root(version: bool = typer.Option(False, "--version", help="Print the versi
         raise typer.Exit()
 
 
-for _module in (golden, demo, run, compare, report, power):
+for _module in (golden, demo, run, compare, report, trec, power):
     _module.register(app)
 
 

@@ -48,9 +48,7 @@ def register(app: typer.Typer) -> None:
             out = {
                 "semantics": sem.as_dict(),
                 "coverage": coverage,
-                "metrics": {
-                    str(m): {**r.summary(), "mean": _num(r.mean())} for m, r in results.items()
-                },
+                "metrics": {str(m): {**r.summary(), "mean": _num(r.mean())} for m, r in results.items()},
             }
             if per_query:
                 for m, r in results.items():
@@ -66,8 +64,12 @@ def register(app: typer.Typer) -> None:
             table.add_column(col, justify="left" if col == "metric" else "right")
         for m, r in results.items():
             mean = r.mean()
-            table.add_row(str(m), "undefined" if math.isnan(mean) else f"{mean:.4f}", str(r.n_defined),
-                          str(r.n_undefined))
+            table.add_row(
+                str(m),
+                "undefined" if math.isnan(mean) else f"{mean:.4f}",
+                str(r.n_defined),
+                str(r.n_undefined),
+            )
         console.print(table)
         console.print(
             f"{coverage['n_queries']} queries scored; {coverage['n_missing']} had no results in the run "
