@@ -51,6 +51,12 @@ def test_run_score_compare_report(tmp_path, capsys):
     code, out = cli(["runs", "--store", db, "--json"], capsys)
     assert [r["name"] for r in json.loads(out)] == ["bm25", "reimported"]
 
+    code, out = cli(["export", "bm25", "--store", db, "-o", str(tmp_path / "pq"), "--json"], capsys)
+    import pyarrow.parquet as pq
+
+    results = pq.read_table(json.loads(out)["results"])
+    assert results.num_rows == 171 * len(metrics) and set(results["run_id"].to_pylist()) == {run["run"]["run_id"]}
+
     code, out = cli(["report", "bm25", "reimported", "--store", db, "-o", str(tmp_path / "rep"),
                      "--resamples", "500", "--json"], capsys)
     assert code == 0

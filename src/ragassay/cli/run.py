@@ -158,7 +158,24 @@ def runs(store: Path = STORE_OPT, json_out: bool = typer.Option(False, "--json")
     console.print(t)
 
 
+def export(
+    out: Path = typer.Option(..., "-o", "--out", help="Directory for runs/results/query_status .parquet files."),
+    run_ids: list[str] = typer.Argument(None, help="Runs to export (default: all)."),
+    store: Path = STORE_OPT,
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Export the store's tables (all runs, or the given ones) to Parquet."""
+    with Store.open(store, read_only=True) as st:
+        paths = st.export_parquet(out, run_ids or None)
+    if json_out:
+        print_json({k: str(v) for k, v in paths.items()})
+        return
+    for table, path in paths.items():
+        console.print(f"{table}: {path}", markup=False)
+
+
 def register(app: typer.Typer) -> None:
     app.command("run")(run)
     app.command("score")(score)
     app.command("runs")(runs)
+    app.command("export")(export)
