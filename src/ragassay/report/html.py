@@ -78,6 +78,10 @@ def render_report(data: Mapping, out_dir: str | Path) -> Path:
             f.write(html)
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp makes the file private (0600); a report is meant to be shared, so use the umask's mode
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

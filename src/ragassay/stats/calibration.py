@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.isotonic import IsotonicRegression
+from scipy.optimize import isotonic_regression
 
 from ragassay.errors import InputError
 from ragassay.stats._validate import as_float_vector, check_prob, same_length
@@ -116,8 +116,16 @@ def fit_isotonic(p_fit, y_fit) -> IsotonicMap:
     pv, yv = _scores_labels(p_fit, y_fit)
     if pv.size < 2:
         raise InputError(f"fit_isotonic needs at least 2 labelled items, got {pv.size}")
-    iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(pv, yv)
-    return IsotonicMap(tuple(map(float, iso.X_thresholds_)), tuple(map(float, iso.y_thresholds_)))
+    # Pool items with equal scores (weighted by count), then the pool-adjacent-violators fit of scipy;
+    # this is what sklearn's IsotonicRegression does, and the tests hold the two to the same predictions.
+    xs, inverse, counts = np.unique(pv, return_inverse=True, return_counts=True)
+    means = np.bincount(inverse, weights=yv) / counts
+    fitted = np.clip(isotonic_regression(means, weights=counts.astype(float), increasing=True).x, 0.0, 1.0)
+    # Interior points of a constant run change no interpolated value: keep each run's two ends.
+    keep = np.ones(len(xs), dtype=bool)
+    if len(xs) > 2:
+        keep[1:-1] = (fitted[1:-1] != fitted[:-2]) | (fitted[1:-1] != fitted[2:])
+    return IsotonicMap(tuple(map(float, xs[keep])), tuple(map(float, fitted[keep])))
 
 
 @dataclass(frozen=True)
