@@ -3,11 +3,22 @@
 10,000 queries x 100 retrieved docs; each query has 3-7 graded relevant docs and some judged non-relevant
 ones. Metrics: nDCG@10, recall@100, AP, RR, bpref, judged@10 (pytrec_eval: ndcg_cut_10, recall_100, map,
 recip_rank, bpref; it has no judged measure). Run: python benchmarks/retrieval_metrics.py [--queries N]
+
+Inputs, the same for every tool. "files": TREC qrels and run files on disk; the timing covers parsing both,
+indexing the labels and scoring. "memory": the labels are indexed once beforehand by every tool (ragassay
+``Qrels.from_arrays``, pytrec_eval ``RelevanceEvaluator``, ranx ``Qrels``); the run arrives in each tool's own
+in-memory form, for ragassay Arrow string columns (qid, docid) and a float64 numpy score column, i.e. what
+pyarrow, pandas or polars hand a user, for the others dict[qid][docid] = score. Inside ragassay's timing: hashing
+the ids, grouping and rank-order checks, the duplicate-doc check, the join with the labels, the grade matrix and
+the metrics. ragassay uses one worker thread besides the caller (``RAGASSAY_THREADS=1`` turns it off; that row
+is printed too); pyarrow's CSV reader uses threads; pytrec_eval, ranx (warm, numba) and ir_measures run as
+they come. Every tool is timed best-of-``--repeat``, ranx cold once (its first call includes compilation).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -76,7 +87,10 @@ def main() -> None:
         qrels_path, run_path = Path(tmp) / "qrels.txt", Path(tmp) / "run.txt"
         write_qrels(qrels_path, qq, qd, qg)
         write_run(run_path, rq, rd, rs)
-        print(f"{args.queries} queries x {args.depth} docs; qrels {len(qq)} lines; best of {args.repeat}")
+        print(
+            f"{args.queries} queries x {args.depth} docs; qrels {len(qq)} lines; best of {args.repeat}; "
+            f"{os.cpu_count()} cores"
+        )
 
         def ours_files():
             q, r = read_qrels(qrels_path), read_run(run_path)
@@ -102,8 +116,8 @@ def main() -> None:
             run = list(ir_measures.read_trec_run(str(run_path)))
             return ir_measures.calc_aggregate([ir_measures.parse_measure(m) for m in IRM], qrels, run)
 
-        t, irm = timed(irm_files, 1)
-        rows.append(("files", "ir_measures", t, "read qrels+run, 6 metrics (1 run)"))
+        t, irm = timed(irm_files, args.repeat)
+        rows.append(("files", "ir_measures", t, "read qrels+run, 6 metrics"))
 
         from ranx import Qrels as RQrels
         from ranx import Run as RRun
@@ -129,7 +143,7 @@ def main() -> None:
         return evaluate(build_grade_matrix(qrels_idx, run, ties="trec_eval"), OURS, sem)
 
     t, ours_m = timed(ours_mem, args.repeat)
-    rows.append(("memory", "ragassay", t, "run columns (arrow) -> dup check, join, matrix, 6 metrics"))
+    rows.append(("memory", "ragassay", t, "arrow string columns -> hash, dup check, join, matrix, 6 metrics"))
     qrels_d: dict[str, dict[str, int]] = {}
     for a, b, g in zip(qq.tolist(), qd.tolist(), qg.tolist(), strict=True):
         qrels_d.setdefault(a, {})[b] = int(g)
@@ -144,9 +158,15 @@ def main() -> None:
     t, _ = timed(lambda: rx_eval(rxq, rxr, RANX), args.repeat)
     rows.append(("memory", "ranx (warm)", t, "evaluate(prebuilt Qrels, Run), 4 metrics"))
     t, _ = timed(
-        lambda: ir_measures.calc_aggregate([ir_measures.parse_measure(m) for m in IRM], qrels_d, run_d), 1
+        lambda: ir_measures.calc_aggregate([ir_measures.parse_measure(m) for m in IRM], qrels_d, run_d),
+        args.repeat,
     )
-    rows.append(("memory", "ir_measures", t, "calc_aggregate(dict qrels, dict run), 6 metrics (1 run)"))
+    rows.append(("memory", "ir_measures", t, "calc_aggregate(dict qrels, dict run), 6 metrics"))
+
+    os.environ["RAGASSAY_THREADS"] = "1"
+    t, _ = timed(ours_mem, args.repeat)
+    del os.environ["RAGASSAY_THREADS"]
+    rows.append(("memory", "ragassay 1thr", t, "as ragassay, all on the calling thread"))
 
     def ours_mem_nodup():
         run = Run.from_arrays(*cols)
@@ -170,6 +190,17 @@ def main() -> None:
         ]
     }
     worst = max(abs(mean[k] - v) for k, v in ref.items())
+    by_name = {str(m): r for m, r in ours.items()}
+    same = total = 0
+    for name, key in [("ndcg@10", "ndcg_cut_10"), ("recall@100", "recall_100"), ("ap", "map")] + [
+        ("rr", "recip_rank"),
+        ("bpref", "bpref"),
+    ]:
+        per_query = by_name[name].per_query()
+        for qid, values in pte.items():
+            total += 1
+            same += per_query[qid] == values[key]
+    print(f"per-query values identical to pytrec_eval (bit for bit): {same} of {total}")
     mem_worst = max(abs(ours_m[m].mean() - r.mean()) for m, r in ours.items())
     print(f"max |ragassay - pytrec_eval| over means: {worst:.2e}; files vs memory: {mem_worst:.2e}")
     print(

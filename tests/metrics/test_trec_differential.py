@@ -36,9 +36,19 @@ MEASURES = {
 }
 
 
-def random_case(rng):
+# doc id shapes: short ids are keyed exactly by their bytes, long ones by hash and then compared as strings;
+# "middle" ids share long prefixes and suffixes, so only a full-length hash tells them apart
+ID_STYLES = {
+    "short": lambda i: f"d{i}",
+    "long": lambda i: f"clueweb12-{i % 7:04d}tw-{i:05d}-{'x' * (i % 13)}",
+    "middle": lambda i: f"msmarco_doc_{i:02d}_00000000000000000000_{'é' * (i % 3)}",
+}
+
+
+def random_case(rng, style="short"):
     nq = int(rng.integers(1, 8))
-    pool = [f"d{i}" for i in rng.permutation(60)[: int(rng.integers(5, 60))]]
+    name = ID_STYLES[style]
+    pool = [name(i) for i in rng.permutation(60)[: int(rng.integers(5, 60))]]
     qrels, run = {}, {}
     for qi in range(nq):
         qid = f"q{qi}"
@@ -77,20 +87,31 @@ def columns(run):
     return q, d, s
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_every_metric_matches_pytrec_eval_on_random_runs(seed):
+def arrange(rng, rq, rd, rs, layout):
+    """Run rows shuffled (the rank order is rebuilt by sorting) or ranked query by query with equal scores
+    in random order (only the ties are re-ordered)."""
+    if layout == "shuffled":
+        perm = rng.permutation(len(rq))
+    else:
+        perm = np.lexsort((rng.random(len(rq)), -np.asarray(rs, dtype=np.float32), np.asarray(rq)))
+    return [rq[i] for i in perm], [rd[i] for i in perm], [rs[i] for i in perm]
+
+
+@pytest.mark.parametrize(
+    ("seed", "style", "layout"),
+    [(0, "short", "shuffled"), (1, "short", "ranked"), (2, "long", "shuffled"), (3, "long", "ranked")]
+    + [(4, "middle", "shuffled"), (5, "middle", "ranked")],
+)
+def test_every_metric_matches_pytrec_eval_on_random_runs(seed, style, layout):
     rng = np.random.default_rng(seed)
     checked = 0
     for _ in range(50):
-        qrels, run = random_case(rng)
+        qrels, run = random_case(rng, style)
         level = int(rng.choice([1, 2]))
         sem = Semantics.trec_eval(relevance_level=level)
         ref = pytrec_eval.RelevanceEvaluator(qrels, MEASURES, relevance_level=level).evaluate(run)
         qq, qd, qg = columns(qrels)
-        # shuffle run rows so the rank order must be rebuilt from the scores
-        rq, rd, rs = columns(run)
-        perm = rng.permutation(len(rq))
-        r = Run.from_arrays([rq[i] for i in perm], [rd[i] for i in perm], [rs[i] for i in perm])
+        r = Run.from_arrays(*arrange(rng, *columns(run), layout))
         gm = build_grade_matrix(Qrels.from_arrays(qq, qd, qg), r, ties="trec_eval")
         ours = evaluate(gm, list(PAIRS.values()), sem)
         row = {q: i for i, q in enumerate(gm.query_ids)}

@@ -3,13 +3,14 @@
 A run over Q queries becomes ``grades`` (Q x D, the grade of the document at each rank, NaN = unjudged or past
 the end of the ranking), ``lengths`` (how many ranks each query really has), and ``judged`` (Q x J, every
 judged grade of the query from the labels, sorted descending, NaN padded). Relevant counts and ideal gains come
-from ``judged``, never from the ranking.
+from ``judged``, never from the ranking. ``entries`` lists the judged cells of ``grades`` as (row, col, grade)
+arrays; metrics reduce over them, so their cost follows the number of judged results, not queries x depth.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,7 +32,12 @@ def pad_ragged(values: np.ndarray, lengths: np.ndarray, width: int | None = None
 
 @dataclass(frozen=True, eq=False)
 class GradeMatrix:
-    """Grades of a whole run, ready for vectorized metrics (see module docstring)."""
+    """Grades of a whole run, ready for vectorized metrics (see module docstring).
+
+    ``entries`` (row, col, grade) must hold exactly the non-NaN cells of ``grades``, each row's cells
+    contiguous and in ascending column order; it is derived from ``grades`` when not given (the join in
+    :mod:`ragassay.metrics.trec` passes it because it has it for free).
+    """
 
     query_ids: np.ndarray
     grades: np.ndarray
@@ -39,6 +45,7 @@ class GradeMatrix:
     judged: np.ndarray
     missing: np.ndarray
     ties: str = "given"
+    entries: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         q = len(self.query_ids)
@@ -50,6 +57,11 @@ class GradeMatrix:
             raise InputError("lengths and missing must have one entry per query")
         if np.any(self.lengths > self.grades.shape[1]) or np.any(self.lengths < 0):
             raise InputError("lengths must lie between 0 and the matrix depth")
+        if self.entries is None:
+            row, col = np.nonzero(~np.isnan(self.grades))
+            object.__setattr__(self, "entries", (row, col, self.grades[row, col]))
+        elif not len(self.entries[0]) == len(self.entries[1]) == len(self.entries[2]):
+            raise InputError("entries must be three arrays of equal length: row, col, grade")
 
     @property
     def n_queries(self) -> int:

@@ -1,7 +1,8 @@
 """Vectorized ranking metrics over a :class:`GradeMatrix`.
 
-Every metric is an array reduction over the whole run (cumsum, take, a log2 discount table); there is no
-per-query Python loop. With ``Semantics.trec_eval()`` the values equal trec_eval's (via pytrec_eval) to 1e-9.
+Every metric is an array reduction over the judged entries of the whole run (per-row ``bincount`` sums in
+rank order); there is no per-query Python loop. With ``Semantics.trec_eval()`` the values equal trec_eval's
+(via pytrec_eval) to 1e-9, and terms are added in trec_eval's order, so in practice bit for bit.
 Per query, with rel_i = [grade at rank i >= relevance_level], R = number of relevant labels of the query,
 N = number of judged non-relevant labels, k a cutoff:
 
@@ -73,22 +74,46 @@ def _gain(g: np.ndarray, kind: str) -> np.ndarray:
 
 
 class _Run:
-    """Shared intermediate arrays for one (matrix, semantics) pair, computed once on demand."""
+    """Shared intermediates for one (matrix, semantics) pair, computed once on demand.
+
+    Everything reduces over the matrix's judged entries (row, col, grade): unjudged ranks contribute to no
+    metric except through their rank position, so sums are per-row ``bincount``s in rank order (the order
+    trec_eval adds terms in) and cost O(judged results) rather than O(queries x depth).
+    """
 
     def __init__(self, gm: GradeMatrix, sem: Semantics):
         self.gm = gm
         self.sem = sem
+        self.nq = gm.n_queries
         self.depth = gm.depth
-        self.ranks = np.arange(1, self.depth + 1, dtype=np.float64)
+        self.row, self.col, self.grade = gm.entries
+
+    def per_row(self, rows: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        return np.bincount(rows, weights=weights, minlength=self.nq).astype(np.float64)
 
     @cached_property
     def rel(self) -> np.ndarray:
-        with np.errstate(invalid="ignore"):
-            return self.gm.grades >= self.sem.relevance_level
+        return self.grade >= self.sem.relevance_level
 
     @cached_property
-    def cum_rel(self) -> np.ndarray:
-        return np.cumsum(self.rel, axis=1, dtype=np.float64)
+    def rel_at(self) -> np.ndarray:
+        return np.flatnonzero(self.rel)
+
+    @cached_property
+    def rel_row(self) -> np.ndarray:
+        return self.row.take(self.rel_at)
+
+    @cached_property
+    def rel_col(self) -> np.ndarray:
+        return self.col.take(self.rel_at)
+
+    @cached_property
+    def rel_rank(self) -> np.ndarray:
+        """1-based position of each relevant entry among its row's relevant entries (= cumulative relevant)."""
+        r = self.rel_row
+        n = len(r)
+        first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]]) if n else np.zeros(0, dtype=np.int64)
+        return (np.arange(1, n + 1) - np.repeat(first, np.diff(np.r_[first, n]))).astype(np.float64)
 
     @cached_property
     def n_rel(self) -> np.ndarray:
@@ -110,27 +135,20 @@ class _Run:
 
     @cached_property
     def judged_run(self) -> np.ndarray:
-        return self._judged_labels(self.gm.grades)
+        return self._judged_labels(self.grade)
 
     @cached_property
-    def ap_terms(self) -> np.ndarray:
-        return np.where(self.rel, self.cum_rel / self.ranks, 0.0)
-
-    @cached_property
-    def gains(self) -> np.ndarray:
-        return _gain(self.gm.grades, self.sem.gain)
-
-    @cached_property
-    def ideal(self) -> np.ndarray:
-        return _gain(self.gm.judged, self.sem.gain)
-
-    def discount(self, n: int) -> np.ndarray:
-        return 1.0 / np.log2(np.arange(2, n + 2, dtype=np.float64))
+    def rel_retrieved(self) -> np.ndarray:
+        return self.per_row(self.rel_row)
 
     def hits(self, k: int) -> np.ndarray:
-        if self.depth == 0:
-            return np.zeros(self.gm.n_queries)
-        return self.cum_rel[:, min(k, self.depth) - 1]
+        if k >= self.depth:
+            return self.rel_retrieved
+        return self.per_row(self.rel_row[self.rel_col < k])
+
+    def defined(self, x: np.ndarray) -> np.ndarray:
+        """``x`` where the query has a relevant label, NaN elsewhere."""
+        return np.where(self.n_rel > 0, x, np.nan)
 
     def per_rel(self, x: np.ndarray) -> np.ndarray:
         r = self.n_rel
@@ -145,41 +163,51 @@ class _Run:
         if name == "precision":
             return self.hits(k) / k
         if name == "success":
-            return self.per_rel((self.hits(k) > 0).astype(np.float64) * self.n_rel)
+            return self.defined((self.hits(k) > 0).astype(np.float64))
         if name == "rr":
-            rel = self.rel if k is None else self.rel[:, :k]
-            first = np.argmax(rel, axis=1) if rel.shape[1] else np.zeros(self.gm.n_queries, dtype=np.int64)
-            any_hit = rel.any(axis=1)
-            rr = np.where(any_hit, 1.0 / (first + 1.0), 0.0)
-            return self.per_rel(rr * self.n_rel)
+            first = self.rel_rank == 1
+            if k is not None:
+                first &= self.rel_col < k
+            rr = np.zeros(self.nq)
+            rr[self.rel_row[first]] = 1.0 / (self.rel_col[first] + 1.0)
+            return self.defined(rr)
         if name == "ap":
-            terms = self.ap_terms if k is None else self.ap_terms[:, :k]
-            return self.per_rel(terms.sum(axis=1))
+            terms = self.rel_rank / (self.rel_col + 1.0)
+            keep = slice(None) if k is None else self.rel_col < k
+            return self.per_rel(self.per_row(self.rel_row[keep], terms[keep]))
         if name == "ndcg":
             kk = self.depth if k is None else min(k, self.depth)
-            dcg = (self.gains[:, :kk] * self.discount(kk)).sum(axis=1)
-            ki = self.ideal.shape[1] if k is None else min(k, self.ideal.shape[1])
-            idcg = (self.ideal[:, :ki] * self.discount(ki)).sum(axis=1)
+            keep = self.col < kk
+            gains = _gain(self.grade[keep], self.sem.gain) / np.log2(self.col[keep] + 2.0)
+            dcg = self.per_row(self.row[keep], gains)
+            judged = self.gm.judged
+            ki = judged.shape[1] if k is None else min(k, judged.shape[1])
+            ideal = _gain(judged[:, :ki], self.sem.gain) / np.log2(np.arange(2.0, ki + 2.0))
+            # added rank by rank, the order of the DCG side and of trec_eval
+            idcg = np.zeros(self.nq)
+            for j in range(ki):
+                idcg += ideal[:, j]
             with np.errstate(invalid="ignore", divide="ignore"):
                 return np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), np.nan)
         if name == "rprec":
-            r = self.n_rel.astype(np.int64)
-            if self.depth == 0:
-                return self.per_rel(np.zeros(self.gm.n_queries))
-            idx = np.clip(np.minimum(r, self.depth) - 1, 0, None)
-            at_r = np.take_along_axis(self.cum_rel, idx[:, None], axis=1)[:, 0]
-            return self.per_rel(np.where(r > 0, at_r, 0.0))
+            return self.per_rel(self.per_row(self.rel_row[self.rel_col < self.n_rel[self.rel_row]]))
         if name == "bpref":
+            # judged non-relevant entries ranked above each relevant one, counted within its row
             nonrel = self.judged_run & ~self.rel
-            above = np.cumsum(nonrel, axis=1)
-            r = self.n_rel[:, None]
-            denom = np.minimum(r, self.n_nonrel[:, None]).astype(np.float64)
+            above_all = np.cumsum(nonrel)
+            row = self.row
+            n = len(row)
+            first = np.flatnonzero(np.r_[True, row[1:] != row[:-1]]) if n else np.zeros(0, dtype=np.int64)
+            before_row = np.repeat(above_all[first] - nonrel[first], np.diff(np.r_[first, n]))
+            above = (above_all - before_row).take(self.rel_at)
+            r = self.n_rel[self.rel_row]
+            denom = np.minimum(r, self.n_nonrel[self.rel_row]).astype(np.float64)
             with np.errstate(invalid="ignore", divide="ignore"):
                 pen = np.where(above > 0, np.minimum(above, r) / np.where(denom > 0, denom, 1.0), 0.0)
-            return self.per_rel(np.where(self.rel, 1.0 - pen, 0.0).sum(axis=1))
+            return self.per_rel(self.per_row(self.rel_row, 1.0 - pen))
         if name == "judged":
             shown = np.minimum(self.gm.lengths, k).astype(np.float64)
-            count = self.judged_run[:, :k].sum(axis=1)
+            count = self.per_row(self.row[self.judged_run & (self.col < k)])
             with np.errstate(invalid="ignore", divide="ignore"):
                 return np.where(shown > 0, count / np.where(shown > 0, shown, 1.0), np.nan)
         raise InputError(f"metric {m} has no implementation")  # unreachable: Metric validates names

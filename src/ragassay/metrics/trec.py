@@ -1,9 +1,11 @@
 """TREC qrels and run files: fast reading and writing, and the vectorized join into a :class:`GradeMatrix`.
 
 qrels lines are ``qid iter docid rel``; run lines are ``qid Q0 docid rank score tag``; fields are separated by
-any run of spaces or tabs. Parsing goes through pyarrow.csv; strings become integer codes by dictionary
-encoding, the (query, doc) grade lookup is a merge on a combined int64 key with ``searchsorted``, and ranking
-order is checked in bulk and only re-sorted (``np.lexsort``) when the file is not already in rank order.
+any run of spaces or tabs. Parsing goes through pyarrow.csv. Doc ids never become Python objects: each gets
+integer keys from its raw bytes (:mod:`ragassay.metrics.strkeys`), a label lookup is one probe of an
+open-addressing table keyed by (query row, doc hash), and every hash match is confirmed exactly, so hash
+collisions cost time, never correctness. A run already in rank order (rows grouped by query, scores
+descending) is used as it is; otherwise it is re-sorted (``np.lexsort``).
 
 Query coverage follows the labels: queries of the qrels missing from the run are scored as empty rankings
 and counted; run queries absent from the qrels are dropped and counted (trec_eval ignores them too). A run
@@ -13,6 +15,8 @@ sharing no query with the qrels is an error.
 from __future__ import annotations
 
 import os
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +30,11 @@ from ragassay.metrics.matrix import GradeMatrix, pad_ragged
 from ragassay.metrics.names import Metric
 from ragassay.metrics.retrieval import MetricResult, evaluate
 from ragassay.metrics.semantics import Semantics
+from ragassay.metrics.strkeys import StringKeys, equal_pairs, string_keys
+
+_U64 = np.uint64
+_HIGH_HALF = 1 if sys.byteorder == "little" else 0
+_MAX_TABLE_BITS = 24  # at most 64 MiB of label table; beyond it slots are shared and fall back to search
 
 
 def _as_string_array(values, what: str) -> pa.Array:
@@ -48,59 +57,85 @@ def _codes(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
     return enc.indices.to_numpy().astype(np.int64), enc.dictionary
 
 
-def _group_codes(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
-    """Like :func:`_codes`, but cheap when equal values sit in contiguous blocks (query ids of a run file)."""
+def _groups(values: pa.Array) -> tuple[np.ndarray, pa.Array, np.ndarray | None]:
+    """Blocks of equal values: (block starts, distinct values, per-row codes or None).
+
+    When every value occupies one contiguous block (query ids of a run or qrels file), block i has code i and
+    no per-row codes are built; only the block heads are hashed. Otherwise the codes come from
+    dictionary encoding (first-appearance order) and the starts are those of the row order.
+    """
     n = len(values)
     if n < 2:
-        return _codes(values)
+        return np.zeros(n, dtype=np.int64), values.unique(), None
     change = np.flatnonzero(~pc.equal(values[1:], values[:-1]).to_numpy(zero_copy_only=False)) + 1
     starts = np.r_[0, change]
     heads = values.take(pa.array(starts))
-    head_codes, distinct = _codes(heads)
-    if len(distinct) != len(starts):
-        return _codes(values)
-    return np.repeat(head_codes, np.diff(np.r_[starts, n])), distinct
+    distinct = pc.unique(heads)
+    if len(distinct) == len(starts):
+        return starts, heads, None
+    codes, distinct = _codes(values)
+    return starts, distinct, codes
 
 
-def _string_fingerprint(values: pa.Array) -> np.ndarray:
-    """A cheap 64-bit fingerprint per string from its length and its first and last 8 bytes.
+def _first_duplicate(group: np.ndarray, values: pa.Array, rows: np.ndarray) -> tuple[int, int] | None:
+    """Among ``rows`` (original row numbers), the earliest repeat of a (group, value) pair: (first, repeat)."""
+    sub = pa.table({"g": group, "v": values.take(pa.array(rows)), "row": rows})
+    lists = sub.group_by(["g", "v"]).aggregate([("row", "list")])["row_list"].to_pylist()
+    pairs = [sorted(rs)[:2] for rs in lists if len(rs) > 1]
+    if not pairs:
+        return None
+    a, b = min(pairs, key=lambda p: p[1])
+    return int(a), int(b)
 
-    Equal strings always get equal fingerprints; different strings may collide, so callers confirm every
-    candidate exactly. Reading the raw arrow buffers keeps this to a few gathers instead of hashing every byte.
+
+def _row_bits(n_queries: int) -> int:
+    """Bits for a query row in a join key (the row in the high bits, the doc hash's top bits below).
+
+    Rows 0..n-1 need fewer bits than the all-ones value, which marks run queries absent from the qrels.
     """
-    off_dtype = np.int64 if pa.types.is_large_string(values.type) else np.int32
-    bufs = values.buffers()
-    n = len(values)
-    offsets = np.frombuffer(bufs[1], dtype=off_dtype, count=n + 1 + values.offset)[values.offset :].astype(
-        np.int64
-    )
-    raw = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, dtype=np.uint8)
-    padded = np.concatenate([np.zeros(8, np.uint8), raw, np.zeros(8, np.uint8)])
-    # element i of this unaligned view is the little-endian uint64 made of padded[i:i+8]
-    words = np.ndarray(shape=(len(padded) - 7,), dtype="<u8", buffer=padded, offset=0, strides=(1,))
-    start, end = offsets[:-1] + 8, offsets[1:] + 8
-    length = (end - start).astype(np.uint64)
-    short = length < 8
-    keep = np.where(
-        short, (np.uint64(1) << (np.minimum(length, 7) * np.uint64(8))) - np.uint64(1), ~np.uint64(0)
-    )
-    head = words[start] & keep
-    tail = np.where(short, np.uint64(0), words[end - 8])
-    return (
-        (head * np.uint64(0x9E3779B97F4A7C15))
-        ^ (tail * np.uint64(0xC2B2AE3D27D4EB4F))
-        ^ (length * np.uint64(0x165667B19E3779F9))
-    )
+    return max(1, int(n_queries).bit_length())
+
+
+_POOL: tuple[int, ThreadPoolExecutor] | None = None  # (pid that made it, pool): a forked child makes its own
+
+
+def _in_background(fn, *args) -> Future:
+    """Run ``fn`` on a worker thread (numpy and Arrow release the GIL in their array loops), or inline on a
+    single-core machine or with ``RAGASSAY_THREADS=1``."""
+    global _POOL
+    if (os.cpu_count() or 1) < 2 or os.environ.get("RAGASSAY_THREADS") == "1":
+        done: Future = Future()
+        try:
+            done.set_result(fn(*args))
+        except Exception as exc:  # delivered by .result(), as from a worker
+            done.set_exception(exc)
+        return done
+    if _POOL is None or _POOL[0] != os.getpid():
+        _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragassay-trec"))
+    return _POOL[1].submit(fn, *args)
 
 
 @dataclass(frozen=True, eq=False)
 class Qrels:
-    """Relevance labels indexed for joins: query and doc dictionaries, sorted (query, doc) keys and grades."""
+    """Relevance labels indexed for joins.
+
+    ``query_ids`` are the distinct queries in first-appearance order (the rows of every grade matrix);
+    labels are stored sorted by join key with their doc ids (``docs``), query ``row`` and ``grades``;
+    ``table`` maps a slot (the top bits of a key) to the first label in it in key order, or -1.
+    ``unique_keys`` is False when two labels of one query share a join key (a hash collision); joins then
+    match doc ids as strings.
+    """
 
     query_ids: pa.Array
-    doc_ids: pa.Array
+    query_objects: np.ndarray
+    docs: StringKeys
+    row: np.ndarray
+    grades: np.ndarray
     keys: np.ndarray
-    key_grades: np.ndarray
+    row_bits: int
+    table: np.ndarray
+    table_bits: int
+    unique_keys: bool
     judged: np.ndarray
     source: str = "<qrels>"
 
@@ -116,27 +151,110 @@ class Qrels:
             raise InputError(f"{source}: qrels are empty; add at least one 'qid 0 docid rel' line")
         if np.isnan(g).any():
             raise SchemaError(f"{source}: a relevance grade is missing or not a number")
-        qc, qdict = _codes(q)
-        dc, ddict = _codes(d)
-        keys = qc * len(ddict) + dc
+        starts, qdict, qc = _groups(q)
+        if qc is None:
+            qc = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(q)]))
+        nq = len(qdict)
+        dk = string_keys(d)
+        row_bits = _row_bits(nq)
+        keys = (qc.astype(_U64) << _U64(64 - row_bits)) | (dk.hash >> _U64(row_bits))
         order = np.argsort(keys, kind="stable")
         skeys = keys[order]
-        dup = np.flatnonzero(skeys[1:] == skeys[:-1])
-        if dup.size:
-            a, b = int(order[dup[0]]), int(order[dup[0] + 1])
-            where = line_of(b) if line_of else f"row {b + 1}"
-            first = line_of(a) if line_of else f"row {a + 1}"
-            raise SchemaError(
-                f"{where}: duplicate judgment for query {q[b].as_py()!r} doc {d[b].as_py()!r} "
-                f"(first at {first}); keep one line per (query, doc)"
-            )
-        counts = np.bincount(qc, minlength=len(qdict))
+        same = np.flatnonzero(skeys[1:] == skeys[:-1])
+        if same.size:
+            rows = np.unique(order[np.r_[same, same + 1]])
+            dup = _first_duplicate(qc[rows], d, rows)
+            if dup is not None:
+                a, b = dup
+                where = line_of(b) if line_of else f"row {b + 1}"
+                first = line_of(a) if line_of else f"row {a + 1}"
+                raise SchemaError(
+                    f"{where}: duplicate judgment for query {q[b].as_py()!r} doc {d[b].as_py()!r} "
+                    f"(first at {first}); keep one line per (query, doc)"
+                )
+        # each query gets a region of >= 16 slots per label on average (the slot is the top bits of the key:
+        # query row, then doc hash), so a run's rows, which come query by query, probe memory in order, and
+        # few probes land on another doc's slot (measured: 8 slots per label cost ~15% more lookup time)
+        region_bits = max(3, (-(-len(skeys) // nq) - 1).bit_length() + 4)
+        table_bits = min(row_bits + region_bits, _MAX_TABLE_BITS)
+        slot = skeys >> _U64(64 - table_bits)
+        first = np.r_[0, np.flatnonzero(slot[1:] != slot[:-1]) + 1]
+        table = np.full(1 << table_bits, -1, dtype=np.int32)
+        table[slot[first]] = first
+        counts = np.bincount(qc, minlength=nq)
         by_q = np.lexsort((-g, qc))
-        judged = pad_ragged(g[by_q], counts)
-        return cls(qdict, ddict, skeys, g[order], judged, source)
+        return cls(
+            query_ids=qdict,
+            query_objects=np.asarray(qdict.to_pylist(), dtype=object),
+            docs=dk.take(order),
+            row=qc[order],
+            grades=g[order],
+            keys=skeys,
+            row_bits=row_bits,
+            table=table,
+            table_bits=table_bits,
+            unique_keys=not same.size,
+            judged=pad_ragged(g[by_q], counts),
+            source=source,
+        )
 
     def __len__(self) -> int:
         return len(self.query_ids)
+
+    def row_keys(self, rows: np.ndarray) -> np.ndarray:
+        """The query-row part of join keys for qrels rows (-1 = a query the qrels do not have)."""
+        absent = (1 << self.row_bits) - 1
+        return np.where(rows >= 0, rows, absent).astype(_U64) << _U64(64 - self.row_bits)
+
+    def lookup(self, keys: np.ndarray, docs: StringKeys) -> tuple[np.ndarray, np.ndarray]:
+        """Labels of (query row, doc) pairs: (positions that have one, their label indices), exactly.
+
+        ``keys`` holds :meth:`row_keys` of each pair's query and is completed in place with the doc hash;
+        positions come back ascending.
+        """
+        keys |= docs.hash >> _U64(self.row_bits)
+        if not self.unique_keys:
+            return self._lookup_strings(keys >> _U64(64 - self.row_bits), docs)
+        shift = _U64(64 - self.table_bits)
+        probe = self.table[keys >> shift]
+        pos = np.flatnonzero(probe >= 0)
+        label = probe[pos].astype(np.int64)
+        want = keys[pos]
+        found = self.keys[label] == want
+        # labels sharing a slot sit next to each other in key order: walk on through the slot
+        last = len(self.keys) - 1
+        todo = np.flatnonzero(~found & (label < last))
+        while todo.size:
+            nxt = label[todo] + 1
+            nk = self.keys[nxt]
+            go_on = (nk >> shift) == (want[todo] >> shift)
+            todo, nxt, nk = todo[go_on], nxt[go_on], nk[go_on]
+            label[todo] = nxt
+            hit = nk == want[todo]
+            found[todo[hit]] = True
+            todo = todo[~hit & (nxt < last)]
+        pos, label = pos[found], label[found]
+        ok = equal_pairs(docs, pos, self.docs, label)
+        return pos[ok], label[ok]
+
+    def _lookup_strings(self, rows: np.ndarray, docs: StringKeys) -> tuple[np.ndarray, np.ndarray]:
+        """The exact join on (row, doc id string), used when hashed keys are not unique among the labels."""
+        valid = rows < _U64((1 << self.row_bits) - 1)
+        text = pa.large_string()
+        labels = pa.table(
+            {"r": self.row, "d": self.docs.values.cast(text), "label": np.arange(len(self.row))}
+        )
+        left = pa.table(
+            {
+                "r": np.where(valid, rows, 0).astype(np.int64),
+                "d": docs.values.cast(text),
+                "pos": np.arange(len(rows)),
+            }
+        ).filter(pa.array(valid))
+        joined = left.join(labels, keys=["r", "d"], join_type="inner")
+        pos = joined["pos"].to_numpy()
+        order = np.argsort(pos)
+        return pos[order], joined["label"].to_numpy()[order]
 
 
 @dataclass(frozen=True, eq=False)
@@ -168,56 +286,190 @@ class Run:
         return self.line_of(row) if self.line_of else f"{self.source}: row {row + 1}"
 
 
+def _ranked(scores: np.ndarray, starts: np.ndarray, strict: bool) -> bool:
+    """True when scores descend within every block (strictly, when equal scores would need re-ordering)."""
+    if len(scores) < 2:
+        return True
+    ok = scores[1:] < scores[:-1] if strict else scores[1:] <= scores[:-1]
+    ok[starts[1:] - 1] = True  # the first row of a block may score anything
+    return bool(ok.all())
+
+
 def _rank_order(
-    codes: np.ndarray, n_groups: int, scores: np.ndarray, docid: pa.Array, ties: str
-) -> np.ndarray:
-    """Row order: grouped by query, score descending; ties kept as given or by doc id descending (trec_eval)."""
-    s = scores.astype(np.float32) if ties == "trec_eval" else scores
-    n = len(codes)
-    same = codes[1:] == codes[:-1]
-    grouped = np.count_nonzero(~same) + 1 == n_groups if n else True
-    if grouped and not np.any(same & (s[1:] > s[:-1])):
-        order = np.arange(n)
+    run: Run, scores: np.ndarray, starts: np.ndarray, codes: np.ndarray | None, ties: str
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """How to read the run in ranked order: grouped by query, score descending, ties as given or (trec_eval)
+    by doc id descending.
+
+    Returns ``(order, starts, block_code, moved)``: ``order`` maps ranked positions to rows, or is None when
+    the rows already come block by block with non-increasing scores; ``starts`` and ``block_code`` give each
+    query block's first ranked position and query code; ``moved`` = (positions, rows) lists the rows that tie
+    breaking puts elsewhere when ``order`` is None.
+    """
+    n = len(scores)
+    if codes is None and _ranked(scores, starts, strict=True):
+        return None, starts, np.arange(len(starts)), None  # no ties, nothing to re-order
+    if codes is None and _ranked(scores, starts, strict=False):
+        order, block_code, ranked = None, np.arange(len(starts)), scores
     else:
-        order = np.lexsort((-s, codes))
+        if codes is None:
+            codes = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
+        order = np.lexsort((-scores, codes))  # stable: equal scores keep the given order
+        co = codes[order]
+        starts = np.r_[0, np.flatnonzero(co[1:] != co[:-1]) + 1]
+        block_code, ranked = co[starts], scores[order]
     if ties != "trec_eval" or n < 2:
-        return order
-    so, co = s[order], codes[order]
-    tie = (co[1:] == co[:-1]) & (so[1:] == so[:-1])
-    if not tie.any():
-        return order
-    in_tie = np.zeros(n, dtype=bool)
-    in_tie[1:] |= tie
-    in_tie[:-1] |= tie
-    pos = np.flatnonzero(in_tie)
-    group = np.cumsum(np.r_[True, ~tie])[pos]
-    sub = pa.table({"g": group, "d": pc.take(docid, pa.array(order[pos]))})
+        return order, starts, block_code, None
+    tie = ranked[1:] == ranked[:-1]
+    tie[starts[1:] - 1] = False
+    first = np.flatnonzero(tie)
+    if not first.size:
+        return order, starts, block_code, None
+    pos = np.union1d(first, first + 1)
+    after_tie = np.zeros(len(pos), dtype=bool)
+    after_tie[pos > 0] = tie[pos[pos > 0] - 1]
+    group = np.cumsum(~after_tie)  # one id per run of equal scores
+    rows = pos if order is None else order[pos]
+    sub = pa.table({"g": group, "d": run.docid.take(pa.array(rows))})
     perm = pc.sort_indices(sub, sort_keys=[("g", "ascending"), ("d", "descending")]).to_numpy()
-    order[pos] = order[pos][perm]
-    return order
+    if order is None:
+        return None, starts, block_code, (pos, rows[perm])
+    order[pos] = rows[perm]
+    return order, starts, block_code, None
 
 
-def _check_duplicates(run: Run, codes: np.ndarray) -> None:
-    """SchemaError when a doc appears twice in one query's ranking: fingerprints first, exact check on clashes."""
-    key = _string_fingerprint(run.docid) ^ (codes.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93))
-    sk = np.sort(key)
-    if not np.any(sk[1:] == sk[:-1]):
+def _ranked_positions(rows: np.ndarray, order, moved, n: int) -> np.ndarray:
+    """Ranked position of each of ``rows`` (see :func:`_rank_order`)."""
+    if order is not None:
+        inverse = np.empty(n, dtype=np.int64)
+        inverse[order] = np.arange(n)
+        return inverse[rows]
+    if moved is None:
+        return rows
+    pos, moved_rows = moved
+    by_row = np.argsort(moved_rows)
+    moved_rows, pos = moved_rows[by_row], pos[by_row]
+    i = np.minimum(np.searchsorted(moved_rows, rows), len(moved_rows) - 1)
+    hit = moved_rows[i] == rows
+    out = rows.copy()
+    out[hit] = pos[i[hit]]
+    return out
+
+
+def _check_duplicates(run: Run, order: np.ndarray | None, hashes: np.ndarray, starts: np.ndarray) -> None:
+    """SchemaError when a doc appears twice in one query's ranking.
+
+    Rows are in ranked order (``order`` maps them to the run's rows; None = as given) and each query is the
+    block starting at ``starts``. The top 32 hash bits are sorted within each block; equal neighbours mark
+    candidate blocks, which are then checked on the doc id strings.
+    """
+    n, nb = len(hashes), len(starts)
+    sizes = np.diff(np.r_[starts, n])
+    width = int(sizes.max(initial=0))
+    h32 = hashes.view(np.uint32)[_HIGH_HALF::2]  # the top 32 bits, the best mixed ones, without a copy
+    if nb * width == n:
+        sorted_h = np.sort(h32.reshape(nb, width), axis=1)
+        cand = np.flatnonzero((sorted_h[:, 1:] == sorted_h[:, :-1]).any(axis=1))
+    elif nb * width <= 4 * n:
+        pad = np.uint32(0xFFFFFFFF)
+        block = np.repeat(np.arange(nb), sizes)
+        m = np.full((nb, width), pad)
+        m[block, np.arange(n) - starts[block]] = np.minimum(h32, pad - np.uint32(1))
+        sorted_h = np.sort(m, axis=1)
+        cand = np.flatnonzero(((sorted_h[:, 1:] == sorted_h[:, :-1]) & (sorted_h[:, 1:] != pad)).any(axis=1))
+    else:
+        block = np.repeat(np.arange(nb, dtype=_U64), sizes)
+        k = np.sort((block << _U64(32)) | h32)
+        cand = np.unique((k[1:][k[1:] == k[:-1]] >> _U64(32)).astype(np.int64))
+    if not cand.size:
         return
-    idx = pa.array(key).dictionary_encode().indices.to_numpy()
-    cand = np.flatnonzero(np.bincount(idx)[idx] > 1)
-    sub = pa.table({"q": codes[cand], "d": run.docid.take(pa.array(cand)), "row": cand})
-    groups = sub.group_by(["q", "d"]).aggregate([("row", "min"), ("row", "max"), ("row", "count")])
-    dup = groups.filter(pc.greater(groups["row_count"], 1))
-    if dup.num_rows:
-        a, b = dup["row_min"][0].as_py(), dup["row_max"][0].as_py()
-        first = int(np.min(dup["row_max"].to_numpy()))
-        if first != b:
-            row = int(np.flatnonzero(dup["row_max"].to_numpy() == first)[0])
-            a, b = dup["row_min"][row].as_py(), first
+    rows = np.concatenate([np.arange(starts[b], starts[b] + sizes[b]) for b in cand])
+    src = rows if order is None else order[rows]
+    dup = _first_duplicate(np.repeat(cand, sizes[cand]), run.docid, src)
+    if dup is not None:
+        a, b = dup
         raise SchemaError(
             f"{run.where(b)}: doc {run.docid[b].as_py()!r} appears twice in the ranking of query "
             f"{run.qid[b].as_py()!r} (also at {run.where(a)}); each doc may appear once per query"
         )
+
+
+_WORKER_SHARE = 0.4  # of the label lookups, given to the worker thread that also checks duplicates
+
+
+def _check_then_lookup(run, order, hashes, starts, qrels: Qrels, keys, docs):
+    """The worker's share of a join: the duplicate check (when ``run`` is given), then label lookups."""
+    if run is not None:
+        # a block holds the same rows whichever way ties are broken, so tie moves do not matter here
+        _check_duplicates(run, order, hashes, starts)
+    return qrels.lookup(keys, docs)
+
+
+def _join(qrels: Qrels, run: Run, ties: str, check_duplicates: bool) -> tuple[GradeMatrix, int]:
+    """The grade matrix of ``run`` against ``qrels`` and the number of run queries absent from the qrels.
+
+    Hashing the doc ids runs on a worker thread while the query blocks and rank order are worked out, and
+    the duplicate check runs there while the labels are looked up.
+    """
+    n = len(run.qid)
+    pending_docs = _in_background(string_keys, run.docid)
+    starts, run_qids, codes = _groups(run.qid)
+    qmap = pc.index_in(run_qids, value_set=qrels.query_ids).fill_null(-1).to_numpy().astype(np.int64)
+    if n == 0 or not np.any(qmap >= 0):
+        pending_docs.result()
+        raise InputError(
+            f"{run.source} shares no query id with {qrels.source} (run has e.g. "
+            f"{run_qids[0].as_py() if len(run_qids) else 'nothing'!r}, qrels e.g. {qrels.query_ids[0].as_py()!r}); "
+            "check that the run and qrels belong to the same topics"
+        )
+    scores = run.score.astype(np.float32) if ties == "trec_eval" else run.score
+    order, ranked_starts, block_code, moved = _rank_order(run, scores, starts, codes, ties)
+    code_key = qrels.row_keys(qmap)
+    keys = code_key[codes] if codes is not None else np.repeat(code_key, np.diff(np.r_[starts, n]))
+    docs = pending_docs.result()
+    # the worker checks duplicates, then looks up the tail of the rows while this thread does the head
+    split = n - int(n * _WORKER_SHARE) if check_duplicates else n // 2
+    hashes = docs.hash if order is None or not check_duplicates else docs.hash[order]
+    tail = _in_background(
+        _check_then_lookup,
+        run if check_duplicates else None,
+        order,
+        hashes,
+        ranked_starts,
+        qrels,
+        keys[split:],
+        docs.slice(split, n),
+    )
+    hit, label = qrels.lookup(keys[:split], docs.slice(0, split))
+    tail_hit, tail_label = tail.result()  # raises the SchemaError of a doc ranked twice
+    hit, label = np.r_[hit, tail_hit + split], np.r_[label, tail_label]
+    pos = _ranked_positions(hit, order, moved, n)
+    if pos is not hit and np.any(pos[1:] < pos[:-1]):
+        by_pos = np.argsort(pos, kind="stable")
+        pos, label = pos[by_pos], label[by_pos]
+    sizes = np.diff(np.r_[ranked_starts, n])
+    block_row = qmap[block_code]
+    kept = block_row >= 0
+    nq = len(qrels)
+    lengths = np.zeros(nq, dtype=np.int64)
+    lengths[block_row[kept]] = sizes[kept]
+    row_start = np.zeros(nq, dtype=np.int64)
+    row_start[block_row[kept]] = ranked_starts[kept]
+    row = qrels.row[label]
+    col = pos - row_start[row]
+    grade = qrels.grades[label]
+    grades = np.full((nq, int(lengths.max(initial=0))), np.nan)
+    grades[row, col] = grade
+    gm = GradeMatrix(
+        query_ids=qrels.query_objects,
+        grades=grades,
+        lengths=lengths,
+        judged=qrels.judged,
+        missing=lengths == 0,
+        ties=ties,
+        entries=(row, col, grade),
+    )
+    return gm, int(np.count_nonzero(qmap < 0))
 
 
 def build_grade_matrix(
@@ -228,43 +480,7 @@ def build_grade_matrix(
     Raises InputError when the run shares no query with the qrels and SchemaError on a doc ranked twice for
     one query.
     """
-    codes, run_qids = _group_codes(run.qid)
-    if check_duplicates and len(codes):
-        _check_duplicates(run, codes)
-    qmap = pc.index_in(run_qids, value_set=qrels.query_ids).fill_null(-1).to_numpy().astype(np.int64)
-    if len(qmap) and not np.any(qmap >= 0) or len(qmap) == 0:
-        raise InputError(
-            f"{run.source} shares no query id with {qrels.source} (run has e.g. "
-            f"{run_qids[0].as_py() if len(run_qids) else 'nothing'!r}, qrels e.g. {qrels.query_ids[0].as_py()!r}); "
-            "check that the run and qrels belong to the same topics"
-        )
-    dcode = pc.index_in(run.docid, value_set=qrels.doc_ids).fill_null(-1).to_numpy().astype(np.int64)
-    qrow = qmap[codes]
-    grade = np.full(len(codes), np.nan)
-    hit = np.flatnonzero((dcode >= 0) & (qrow >= 0))
-    if hit.size:
-        key = qrow[hit] * len(qrels.doc_ids) + dcode[hit]
-        pos = np.minimum(np.searchsorted(qrels.keys, key), len(qrels.keys) - 1)
-        found = qrels.keys[pos] == key
-        grade[hit[found]] = qrels.key_grades[pos[found]]
-    order = _rank_order(codes, len(run_qids), run.score, run.docid, ties)
-    order = order[qrow[order] >= 0]
-    qo = qrow[order]
-    nq = len(qrels.query_ids)
-    lengths = np.bincount(qo, minlength=nq).astype(np.int64)
-    starts = np.r_[0, np.flatnonzero(qo[1:] != qo[:-1]) + 1]
-    group_start = np.repeat(starts, np.diff(np.r_[starts, len(qo)]))
-    rank = np.arange(len(qo)) - group_start
-    grades = np.full((nq, int(lengths.max(initial=0))), np.nan)
-    grades[qo, rank] = grade[order]
-    return GradeMatrix(
-        query_ids=np.asarray(qrels.query_ids.to_pylist(), dtype=object),
-        grades=grades,
-        lengths=lengths,
-        judged=qrels.judged,
-        missing=lengths == 0,
-        ties=ties,
-    )
+    return _join(qrels, run, ties, check_duplicates)[0]
 
 
 # ---------------------------------------------------------------- file reading
@@ -432,8 +648,6 @@ def evaluate_trec(
     sem = semantics or Semantics.trec_eval()
     q = qrels if isinstance(qrels, Qrels) else read_qrels(qrels)
     r = run if isinstance(run, Run) else read_run(run)
-    gm = build_grade_matrix(q, r, ties=sem.ties)
-    run_qids = pc.unique(r.qid)
-    n_run_only = int(len(run_qids) - pc.sum(pc.is_in(run_qids, value_set=q.query_ids)).as_py())
+    gm, n_run_only = _join(q, r, sem.ties, check_duplicates=True)
     coverage = {"n_queries": gm.n_queries, "n_missing": int(gm.missing.sum()), "n_run_only": n_run_only}
     return evaluate(gm, metrics, sem), coverage
