@@ -68,3 +68,14 @@ def test_check_on_a_missing_directory_says_how_to_fix(tmp_path):
     r = _run(["golden", "check", str(tmp_path / "nope")])
     assert r.returncode == 2
     assert "not a built golden set" in r.stderr and "ragassay golden build" in r.stderr
+
+
+def test_check_warns_when_negatives_are_under_ten_percent(tmp_path, capsys):
+    src = tmp_path / "g.yaml"
+    src.write_text(GOOD.split("  - query_id: q2")[0])  # the answerable query only
+    main(["golden", "build", str(src), "--corpus", str(_corpus(tmp_path)), "-o", str(tmp_path / "out")])
+    capsys.readouterr()
+    main(["golden", "check", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert "only 0.0% negative (unanswerable) queries" in " ".join(out.split())
+    assert "label type binary" in " ".join(out.split())
