@@ -23,6 +23,12 @@ def _f(x, signed: bool = False) -> str:
     return f"{x:+.3f}" if signed else f"{x:.3f}"
 
 
+def _p(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return "<0.001" if x < 0.001 else f"{x:.3f}"  # bootstrap p-values are never exactly 0
+
+
 def print_comparison(comp, *, all_strata: bool = True) -> None:
     a, b = comp.run_a, comp.run_b
     console.print(f"[bold]{a.name}[/] ({a.run_id[:10]}…) → [bold]{b.name}[/] ({b.run_id[:10]}…)  "
@@ -43,7 +49,7 @@ def print_comparison(comp, *, all_strata: bool = True) -> None:
     for r in rows:
         style = "green" if r.verdict == "improved" else "red" if r.verdict == "regressed" else None
         cells = (r.metric, r.stratum, str(r.n), _f(r.mean_a), _f(r.mean_b), _f(r.delta, True),
-                 f"[{_f(r.ci_low, True)}, {_f(r.ci_high, True)}]", _f(r.p), _f(r.p_adj),
+                 f"[{_f(r.ci_low, True)}, {_f(r.ci_high, True)}]", _p(r.p), _p(r.p_adj),
                  f"{r.wins}/{r.losses}/{r.ties}", _f(r.sigma_d), _f(r.mde), r.verdict)
         t.add_row(*(Text(c) for c in cells), style=style)
     console.print(t)
