@@ -60,10 +60,6 @@ def _record(name: str, golden: GoldenSet, corpus: Corpus, config: dict, config_s
     )
 
 
-def _rows_table(scored: ScoredRun) -> dict[str, list]:
-    return scored.columns
-
-
 def _write_scored(store: Store, run_id: str, scored: ScoredRun, keys: Sequence[tuple[str, int]],
                   trace_by_key: dict) -> None:
     done = []
@@ -71,7 +67,7 @@ def _write_scored(store: Store, run_id: str, scored: ScoredRun, keys: Sequence[t
         t = trace_by_key.get(k)
         status = "error" if t is None or t.outcome == "error" else "done"
         done.append((k[0], k[1], status, (t.error if t is not None else "no trace")))
-    store.write_batch(run_id, _rows_table(scored), done=done)
+    store.write_batch(run_id, scored.columns, done=done)
 
 
 def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpus, golden: GoldenSet, *,

@@ -81,7 +81,7 @@ def _flatten(lists: Sequence[Sequence[Unit]]):
 class _Tap:
     """Span-credited grades and first-hit ranks for one ranked list per scored row."""
 
-    def __init__(self, idx: EvidenceIndex, ev_query: np.ndarray, query_codes: np.ndarray,
+    def __init__(self, idx: EvidenceIndex, query_codes: np.ndarray,
                  lists: Sequence[Sequence[Unit]], rule: HitRule):
         self.lengths, owner, rank, docs, starts, ends = _flatten(lists)
         n_rows = len(lists)
@@ -150,7 +150,7 @@ def score_traces(golden: GoldenSet, traces: Iterable[Trace], header: RunHeader |
         cols["value"].extend(float(v) for v in values)
 
     def tap(lists) -> _Tap:
-        return _Tap(idx, ev_query, query_codes, lists, rule)
+        return _Tap(idx, query_codes, lists, rule)
 
     def ranking(t: _Tap, metrics: list[str]) -> dict[str, np.ndarray]:
         gm = GradeMatrix(query_ids=np.asarray([f"{q}\x00{tr}" for q, tr in rows], dtype=object),
