@@ -13,7 +13,7 @@ import numpy as np
 
 from ragassay import __version__
 from ragassay.analysis.compare import Comparison
-from ragassay.analysis.summary import run_summary
+from ragassay.analysis.summary import STAGES, run_summary, stage_of
 from ragassay.golden import EvidenceIndex, GoldenSet, HitRule
 from ragassay.trace import read_traces
 
@@ -21,6 +21,7 @@ STAGE_METRICS = ("recall@bm25_depth", "recall@dense_depth", "recall@fusion_depth
                  "ndcg@final_k", "rr@final_k", "recall@context", "context_tokens", "answer_f1", "answer_em",
                  "abstention_recall", "over_refusal", "refused", "error", "citation_validity")
 FOREST_METRIC = "recall@final_k"
+STRATUM_ROWS_METRICS = ("recall@fusion_depth", "recall@final_k", "ndcg@final_k", "answer_f1")
 MAX_RETRIEVED_SHOWN = 5
 MAX_TEXT = 400
 
@@ -70,8 +71,9 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
     }
     # stage table
     by_run = {r.run_id: {m["metric"]: m for m in summaries[r.run_id]["metrics"]} for r in recs}
-    all_metrics = [m for m in STAGE_METRICS if any(m in by_run[r.run_id] for r in recs)]
-    all_metrics += sorted({m for r in recs for m in by_run[r.run_id]} - set(all_metrics))
+    present = {m for r in recs for m in by_run[r.run_id]}
+    order = {m: i for i, m in enumerate(STAGE_METRICS)}
+    all_metrics = sorted(present, key=lambda m: (STAGES.index(stage_of(m)), order.get(m, len(order)), m))
     rows = []
     for m in all_metrics:
         cells = [by_run[r.run_id].get(m) for r in recs]
@@ -90,8 +92,11 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
                                           for r in recs]} for s, n in strata.items()]}
     # comparisons, forest
     if comparisons:
+        # every metric overall, and per stratum only the headline metrics (the full table is `compare --json`)
         data["comparisons"] = [{"baseline": c.run_a.name, "candidate": c.run_b.name,
-                                "rows": [r.to_dict() for r in c.rows], "claims": c.claims,
+                                "rows": [r.to_dict() for r in c.rows
+                                         if r.stratum == "all" or r.metric in STRATUM_ROWS_METRICS],
+                                "claims": c.claims,
                                 "config_diff": [{"key": k, "a": a, "b": b} for k, a, b in c.config_diff]}
                                for c in comparisons]
         forest = []
