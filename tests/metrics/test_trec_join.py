@@ -136,6 +136,20 @@ def test_string_keys_hash_every_byte_of_long_ids():
     assert len(np.unique(strkeys.string_keys(ids).hash)) == 1000
 
 
+@pytest.mark.parametrize("last", ["", "a", "abcdefg", "abcdefgh", "abcdefghi", "abc\x00", "x" * 23, "é" * 11])
+@pytest.mark.parametrize("before", [[], ["k"], ["key-0001", "key-0002-long-enough"]])
+def test_string_keys_at_the_end_of_the_buffer_match_the_same_id_mid_buffer(before, last):
+    # 8-byte reads near the end of the data buffer take another path than those in the middle
+    at_end = string_keys(pa.array([*before, last]))
+    mid = string_keys(pa.array([last, "padding-after-it-" * 2]))
+    assert at_end.length[-1] == len(last.encode()) == mid.length[0]
+    assert at_end.head[-1] == mid.head[0] == int.from_bytes(last.encode()[:8].ljust(8, b"\0"), "little")
+    assert at_end.hash[-1] == mid.hash[0]
+    for i, word in enumerate(before):
+        alone = string_keys(pa.array([word, "z" * 30]))
+        assert (at_end.head[i], at_end.hash[i]) == (alone.head[0], alone.hash[0])
+
+
 def test_single_threaded_join_gives_the_same_matrix_and_errors(monkeypatch):
     rng = np.random.default_rng(9)
     qrels, run = random_case(rng, "long")

@@ -53,8 +53,17 @@ def _masks(max_len: int) -> np.ndarray:
     return mask
 
 
+def _word_view(raw: np.ndarray) -> np.ndarray:
+    """Element i is the little-endian uint64 made of raw[i:i+8] (an unaligned view, no copy)."""
+    return np.ndarray(shape=(max(len(raw) - 7, 0),), dtype="<u8", buffer=raw, strides=(1,))
+
+
 def string_keys(values: pa.Array) -> StringKeys:
-    """Length, head and hash of every string of a (large_)string array without nulls."""
+    """Length, head and hash of every string of a (large_)string array without nulls.
+
+    Large temporaries reuse one buffer: every fresh array of this size costs page faults on first touch,
+    which on a virtual machine take about as long as the arithmetic.
+    """
     n = len(values)
     off_type = np.int64 if pa.types.is_large_string(values.type) else np.int32
     bufs = values.buffers()
@@ -62,17 +71,27 @@ def string_keys(values: pa.Array) -> StringKeys:
     start = offsets[:-1].astype(np.int64)  # int64 indices take numpy's fastest gather path
     length = offsets[1:] - start
     raw = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None and n else np.zeros(0, np.uint8)
-    # 8 zero bytes after the data let every 8-byte read stay inside the array
-    padded = np.zeros(len(raw) + 8, dtype=np.uint8)
-    padded[: len(raw)] = raw
-    # element i of this unaligned view is the little-endian uint64 made of padded[i:i+8]
-    words = np.ndarray(shape=(len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
     max_len = int(length.max(initial=0))
     mask = _masks(max_len)
-    head = words[start]
-    head &= mask[length]
+    # 8-byte reads straight from the Arrow buffer; the last few strings (starts are ascending), whose read
+    # would run past its end, read a zero-padded copy of the buffer's last bytes instead
+    safe = len(raw) - 8
+    first_late = int(np.searchsorted(start, safe, side="right")) if safe >= 0 else 0
+    late = start[first_late:].copy()
+    idx = start if max_len <= 8 else start.copy()  # clipped in place: start is not needed again when short
+    idx[first_late:] = max(safe, 0)
+    head = _word_view(raw)[idx] if first_late else np.zeros(n, dtype=np.uint64)
+    if late.size:
+        base = max(safe, 0)
+        tail = np.zeros(16, dtype=np.uint8)
+        tail[: len(raw) - base] = raw[base:]
+        head[first_late:] = _word_view(tail)[late - base]
+    scratch = idx.view(np.uint64)
+    np.take(mask, length, out=scratch)
+    head &= scratch
     h = head
     if max_len > 8:
+        words = _word_view(raw)
         h = head.copy()
         long = np.flatnonzero(length > 8)
         hl, sl, ll = h[long], start[long], length[long]
@@ -80,10 +99,18 @@ def string_keys(values: pa.Array) -> StringKeys:
             # only strings with bytes at offset k take part, so equal strings take identical steps
             sel = np.flatnonzero(ll > k)
             hl, sl, ll, long = hl[sel], sl[sel], ll[sel], long[sel]
-            w = words[sl + k] & mask[np.minimum(ll - k, 8)]
+            # a word read past the end of the buffer keeps only in-string bytes after masking
+            at = sl + k
+            w = np.zeros(len(at), dtype=np.uint64)
+            ok = at <= safe
+            w[ok] = words[at[ok]]
+            for j in np.flatnonzero(~ok):
+                chunk = raw[at[j] : at[j] + 8]
+                w[j] = int.from_bytes(chunk.tobytes(), "little")
+            w &= mask[np.minimum(ll - k, 8)]
             hl = (hl * _MUL_WORD) ^ w
             h[long] = hl
-    mixed = length.view(np.uint64) * _MUL_LEN
+    mixed = np.multiply(length.view(np.uint64), _MUL_LEN, out=scratch)
     mixed ^= h
     mixed *= MUL
     return StringKeys(values, length, head, mixed)

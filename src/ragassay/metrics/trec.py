@@ -67,7 +67,7 @@ def _groups(values: pa.Array) -> tuple[np.ndarray, pa.Array, np.ndarray | None]:
     n = len(values)
     if n < 2:
         return np.zeros(n, dtype=np.int64), values.unique(), None
-    change = np.flatnonzero(~pc.equal(values[1:], values[:-1]).to_numpy(zero_copy_only=False)) + 1
+    change = np.flatnonzero(pc.not_equal(values[1:], values[:-1]).to_numpy(zero_copy_only=False)) + 1
     starts = np.r_[0, change]
     heads = values.take(pa.array(starts))
     distinct = pc.unique(heads)
@@ -212,11 +212,13 @@ class Qrels:
         ``keys`` holds :meth:`row_keys` of each pair's query and is completed in place with the doc hash;
         positions come back ascending.
         """
-        keys |= docs.hash >> _U64(self.row_bits)
+        # one temporary serves both shifts: fresh large arrays cost page faults
+        tmp = np.right_shift(docs.hash, _U64(self.row_bits))
+        keys |= tmp
         if not self.unique_keys:
             return self._lookup_strings(keys >> _U64(64 - self.row_bits), docs)
         shift = _U64(64 - self.table_bits)
-        probe = self.table[keys >> shift]
+        probe = self.table[np.right_shift(keys, shift, out=tmp)]
         pos = np.flatnonzero(probe >= 0)
         label = probe[pos].astype(np.int64)
         want = keys[pos]
@@ -414,7 +416,10 @@ def _join(qrels: Qrels, run: Run, ties: str, check_duplicates: bool) -> tuple[Gr
     n = len(run.qid)
     pending_docs = _in_background(string_keys, run.docid)
     starts, run_qids, codes = _groups(run.qid)
-    qmap = pc.index_in(run_qids, value_set=qrels.query_ids).fill_null(-1).to_numpy().astype(np.int64)
+    if run_qids.equals(qrels.query_ids):  # the same queries in the same order: no hash lookup needed
+        qmap = np.arange(len(run_qids), dtype=np.int64)
+    else:
+        qmap = pc.index_in(run_qids, value_set=qrels.query_ids).fill_null(-1).to_numpy().astype(np.int64)
     if n == 0 or not np.any(qmap >= 0):
         pending_docs.result()
         raise InputError(
