@@ -78,6 +78,14 @@ class _BatchFailure(Exception):
     """A batched stage failed; every trace of the batch records the error (message already formatted)."""
 
 
+def _error_record(rec: dict[str, Any], exc: Exception) -> dict[str, Any]:
+    """A failed query keeps its identity and records the error as its outcome."""
+    out = {k: rec[k] for k in ("trace_id", "query_id", "trial", "question")}
+    msg = str(exc) if isinstance(exc, _BatchFailure) else f"{type(exc).__name__}: {exc}"
+    out.update(outcome="error", error=msg)
+    return out
+
+
 class Pipeline:
     """A configured reference pipeline over one corpus; build once, run many queries."""
 
@@ -295,6 +303,26 @@ class Pipeline:
                               text=text, tokens=count_tokens(text)))
         return units
 
+    # ---- the stages every query ends with (shared by the per-query and the batched path) -------------
+    def _pack_into(self, rec: dict[str, Any], dur: dict[str, float], offered: list[tuple[int, float]]) -> None:
+        cfg = self.cfg
+        t = time.perf_counter()
+        kept, cut, used = pack(list(enumerate(offered, 1)), cfg.packer.budget_tokens,
+                               lambda x: self.chunks[x[1][0]].tokens, cfg.packer.policy)
+        rec.update(packed=trusted_units(self._spans, kept, with_text=True),
+                   cut=trusted_units(self._spans, cut), packed_tokens=used)
+        dur["pack"] = _ms(t)
+
+    def _generate_into(self, query: QueryLike, rec: dict[str, Any], dur: dict[str, float]) -> None:
+        t = time.perf_counter()
+        gen = self._generator.generate(query.question, rec["packed"])
+        dur["generate"] = _ms(t)
+        rec.update(answer=gen.answer, citations=gen.citations, outcome=gen.outcome,
+                   tokens_in=gen.tokens_in, tokens_out=gen.tokens_out, cost=gen.cost)
+        meta = {k: gen.details[k] for k in ("best_support", "absent_names") if k in gen.details}
+        if meta:
+            rec["meta"] = meta
+
     def run_query(self, query: QueryLike, trial: int = 0) -> Trace:
         """One trace; a stage that raises yields an ``error`` trace instead of stopping the run."""
         t_all = time.perf_counter()
@@ -339,23 +367,10 @@ class Pipeline:
                     rec["reranked"] = [self._unit(i, s, r) for r, (i, s) in enumerate(offered, 1)]
                 else:
                     offered = offered[: cfg.reranker.final_k]
-                t = time.perf_counter()
-                kept, cut, used = pack(list(enumerate(offered, 1)), cfg.packer.budget_tokens,
-                                       lambda x: self.chunks[x[1][0]].tokens, cfg.packer.policy)
-                rec.update(packed=[Unit(**self._unit(i, s, r, with_text=True)) for r, (i, s) in kept],
-                           cut=[self._unit(i, s, r) for r, (i, s) in cut], packed_tokens=used)
-                dur["pack"] = _ms(t)
-            t = time.perf_counter()
-            gen = self._generator.generate(query.question, rec["packed"])
-            dur["generate"] = _ms(t)
-            rec.update(answer=gen.answer, citations=gen.citations, outcome=gen.outcome,
-                       tokens_in=gen.tokens_in, tokens_out=gen.tokens_out, cost=gen.cost)
-            meta = {k: gen.details[k] for k in ("best_support", "absent_names") if k in gen.details}
-            if meta:
-                rec["meta"] = meta
+                self._pack_into(rec, dur, offered)
+            self._generate_into(query, rec, dur)
         except Exception as exc:  # noqa: BLE001 - one failing query must not end a run; it is recorded
-            rec = {k: rec[k] for k in ("trace_id", "query_id", "trial", "question")}
-            rec.update(outcome="error", error=f"{type(exc).__name__}: {exc}")
+            rec = _error_record(rec, exc)
         dur["total"] = _ms(t_all)
         rec["durations_ms"] = dur
         return Trace.model_validate(rec)
@@ -491,24 +506,10 @@ class Pipeline:
                     rec["reranked"] = self._units(offered)
                 else:
                     offered = offered[: cfg.reranker.final_k]
-                t = time.perf_counter()
-                kept, cut, used = pack(list(enumerate(offered, 1)), cfg.packer.budget_tokens,
-                                       lambda x: self.chunks[x[1][0]].tokens, cfg.packer.policy)
-                rec.update(packed=trusted_units(self._spans, kept, with_text=True),
-                           cut=trusted_units(self._spans, cut), packed_tokens=used)
-                dur["pack"] = _ms(t)
-            t = time.perf_counter()
-            gen = self._generator.generate(query.question, rec["packed"])
-            dur["generate"] = _ms(t)
-            rec.update(answer=gen.answer, citations=gen.citations, outcome=gen.outcome,
-                       tokens_in=gen.tokens_in, tokens_out=gen.tokens_out, cost=gen.cost)
-            meta = {k: gen.details[k] for k in ("best_support", "absent_names") if k in gen.details}
-            if meta:
-                rec["meta"] = meta
+                self._pack_into(rec, dur, offered)
+            self._generate_into(query, rec, dur)
         except Exception as exc:  # noqa: BLE001 - one failing query must not end a run; it is recorded
-            rec = {k: rec[k] for k in ("trace_id", "query_id", "trial", "question")}
-            msg = str(exc) if isinstance(exc, _BatchFailure) else f"{type(exc).__name__}: {exc}"
-            rec.update(outcome="error", error=msg)
+            rec = _error_record(rec, exc)
         # The setup share already contains this item's share of the batched bm25 / dense stages.
         dur["total"] = _ms(t_all) + setup_share
         rec["durations_ms"] = dur
