@@ -559,8 +559,8 @@ def _read_table(path: str | os.PathLike, names: list[str], types: dict, what: st
     try:
         return pacsv.read_csv(p, **opts), _Lines(p, None)
     except pa.ArrowInvalid:
-        pass  # tabs, repeated spaces or a bad line: normalize separators, then retry or locate the problem
-    data = _normalize_whitespace(Path(p).read_bytes())
+        # tabs, repeated spaces or a bad line: normalize the separators, then retry or locate the problem
+        data = _normalize_whitespace(Path(p).read_bytes())
     if not data.strip():
         raise InputError(f"{p}: file is empty; expected {what} lines")
     try:
