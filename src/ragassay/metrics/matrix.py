@@ -36,7 +36,9 @@ class GradeMatrix:
 
     ``entries`` (row, col, grade) must hold exactly the non-NaN cells of ``grades``, each row's cells
     contiguous and in ascending column order; it is derived from ``grades`` when not given (the join in
-    :mod:`ragassay.metrics.trec` passes it because it has it for free).
+    :mod:`ragassay.metrics.trec` passes it because it has it for free). ``label_cache`` keeps terms that
+    depend only on ``judged`` (relevant counts, ideal DCG) between matrices that share the same read-only
+    ``judged`` array, as every run joined against one :class:`~ragassay.metrics.trec.Qrels` does.
     """
 
     query_ids: np.ndarray
@@ -46,6 +48,7 @@ class GradeMatrix:
     missing: np.ndarray
     ties: str = "given"
     entries: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    label_cache: dict | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         q = len(self.query_ids)
@@ -62,6 +65,8 @@ class GradeMatrix:
             object.__setattr__(self, "entries", (row, col, self.grades[row, col]))
         elif not len(self.entries[0]) == len(self.entries[1]) == len(self.entries[2]):
             raise InputError("entries must be three arrays of equal length: row, col, grade")
+        if self.label_cache is not None and self.judged.flags.writeable:
+            raise InputError("a label_cache needs a read-only judged array (judged.flags.writeable = False)")
 
     @property
     def n_queries(self) -> int:

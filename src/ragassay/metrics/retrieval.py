@@ -87,6 +87,18 @@ class _Run:
         self.nq = gm.n_queries
         self.depth = gm.depth
         self.row, self.col, self.grade = gm.entries
+        self.labels = gm.label_cache if gm.label_cache is not None else {}
+
+    def label_term(self, key: tuple, compute):
+        """A value that depends only on the labels (``gm.judged``), kept in the matrix's label cache."""
+        judged = self.gm.judged
+        kept = self.labels.get(key)
+        if kept is not None and kept[0] is judged:  # the same read-only labels the value was computed from
+            return kept[1]
+        value = compute()
+        value.flags.writeable = False
+        self.labels[key] = (judged, value)
+        return value
 
     def per_row(self, rows: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
         return np.bincount(rows, weights=weights, minlength=self.nq).astype(np.float64)
@@ -116,9 +128,21 @@ class _Run:
         return (np.arange(1, n + 1) - np.repeat(first, np.diff(np.r_[first, n]))).astype(np.float64)
 
     @cached_property
+    def row_start(self) -> np.ndarray:
+        """Index of each row's first entry (rows are contiguous but need not come in row order)."""
+        row = self.row
+        first = np.flatnonzero(np.r_[True, row[1:] != row[:-1]]) if len(row) else np.zeros(0, dtype=np.int64)
+        start = np.zeros(self.nq, dtype=np.int64)
+        start[row[first]] = first
+        return start
+
+    @cached_property
     def n_rel(self) -> np.ndarray:
-        with np.errstate(invalid="ignore"):
-            return np.count_nonzero(self.gm.judged >= self.sem.relevance_level, axis=1).astype(np.float64)
+        def count():
+            with np.errstate(invalid="ignore"):
+                return np.count_nonzero(self.gm.judged >= self.sem.relevance_level, axis=1).astype(np.float64)
+
+        return self.label_term(("n_rel", self.sem.relevance_level), count)
 
     def _judged_labels(self, g: np.ndarray) -> np.ndarray:
         ok = ~np.isnan(g)
@@ -129,9 +153,26 @@ class _Run:
 
     @cached_property
     def n_nonrel(self) -> np.ndarray:
-        j = self.gm.judged
-        with np.errstate(invalid="ignore"):
-            return np.count_nonzero(self._judged_labels(j) & (j < self.sem.relevance_level), axis=1)
+        def count():
+            j = self.gm.judged
+            with np.errstate(invalid="ignore"):
+                return np.count_nonzero(self._judged_labels(j) & (j < self.sem.relevance_level), axis=1)
+
+        return self.label_term(("n_nonrel", self.sem.relevance_level, self.sem.negatives), count)
+
+    def idcg(self, k: int | None) -> np.ndarray:
+        """Ideal DCG of each query at cutoff ``k`` (None = all judged), summed rank by rank like trec_eval."""
+
+        def ideal():
+            judged = self.gm.judged
+            ki = judged.shape[1] if k is None else min(k, judged.shape[1])
+            gains = _gain(judged[:, :ki], self.sem.gain) / np.log2(np.arange(2.0, ki + 2.0))
+            total = np.zeros(self.nq)
+            for j in range(ki):  # added rank by rank, the order of the DCG side and of trec_eval
+                total += gains[:, j]
+            return total
+
+        return self.label_term(("idcg", k, self.sem.gain), ideal)
 
     @cached_property
     def judged_run(self) -> np.ndarray:
@@ -180,26 +221,18 @@ class _Run:
             keep = self.col < kk
             gains = _gain(self.grade[keep], self.sem.gain) / np.log2(self.col[keep] + 2.0)
             dcg = self.per_row(self.row[keep], gains)
-            judged = self.gm.judged
-            ki = judged.shape[1] if k is None else min(k, judged.shape[1])
-            ideal = _gain(judged[:, :ki], self.sem.gain) / np.log2(np.arange(2.0, ki + 2.0))
-            # added rank by rank, the order of the DCG side and of trec_eval
-            idcg = np.zeros(self.nq)
-            for j in range(ki):
-                idcg += ideal[:, j]
+            idcg = self.idcg(k)
             with np.errstate(invalid="ignore", divide="ignore"):
                 return np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), np.nan)
         if name == "rprec":
             return self.per_rel(self.per_row(self.rel_row[self.rel_col < self.n_rel[self.rel_row]]))
         if name == "bpref":
-            # judged non-relevant entries ranked above each relevant one, counted within its row
+            # judged non-relevant entries ranked above each relevant one, counted within its row: the
+            # running count before the entry minus the running count before its row's first entry
             nonrel = self.judged_run & ~self.rel
-            above_all = np.cumsum(nonrel)
-            row = self.row
-            n = len(row)
-            first = np.flatnonzero(np.r_[True, row[1:] != row[:-1]]) if n else np.zeros(0, dtype=np.int64)
-            before_row = np.repeat(above_all[first] - nonrel[first], np.diff(np.r_[first, n]))
-            above = (above_all - before_row).take(self.rel_at)
+            before = np.zeros(len(nonrel) + 1, dtype=np.int64)
+            np.cumsum(nonrel, out=before[1:])
+            above = before[self.rel_at] - before[self.row_start[self.rel_row]]
             r = self.n_rel[self.rel_row]
             denom = np.minimum(r, self.n_nonrel[self.rel_row]).astype(np.float64)
             with np.errstate(invalid="ignore", divide="ignore"):
