@@ -13,12 +13,18 @@ the ids, grouping and rank-order checks, the duplicate-doc check, the join with 
 the metrics. ragassay uses one worker thread besides the caller (``RAGASSAY_THREADS=1`` turns it off; that row
 is printed too); pyarrow's CSV reader uses threads; pytrec_eval, ranx (warm, numba) and ir_measures run as
 they come. Every tool is timed best-of-``--repeat``, ranx cold once (its first call includes compilation).
+
+A run this long takes ragassay's compiled (numba) join. Loading numba and the cached kernels costs about half
+a second once per process: the "first call" row times ragassay's first evaluation in a fresh interpreter, and
+the "numpy" row the numpy join (``RAGASSAY_JIT=0``), which gives the same values without numba.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -61,6 +67,29 @@ def synthesize(n_queries: int, depth: int, seed: int = 0):
         rows_d.append(np.char.add("d", ids.astype(str)))
         rows_g.append(grades)
     return (run_q, run_d, scores), (np.concatenate(rows_q), np.concatenate(rows_d), np.concatenate(rows_g))
+
+
+FIRST_CALL = """
+import sys, time
+sys.path.insert(0, {here!r})
+import pyarrow as pa
+from retrieval_metrics import OURS, synthesize
+from ragassay.metrics import Qrels, Run, Semantics, build_grade_matrix, evaluate
+(rq, rd, rs), (qq, qd, qg) = synthesize({queries}, {depth})
+qrels, cols = Qrels.from_arrays(qq, qd, qg), (pa.array(rq), pa.array(rd), rs)
+t0 = time.perf_counter()
+evaluate(build_grade_matrix(qrels, Run.from_arrays(*cols), ties="trec_eval"), OURS, Semantics.trec_eval())
+print(time.perf_counter() - t0)
+"""
+
+
+def first_call(queries: int, depth: int) -> float:
+    """Seconds of ragassay's first in-memory evaluation in a fresh interpreter (kernels compiled beforehand)."""
+    code = FIRST_CALL.format(here=str(Path(__file__).parent), queries=queries, depth=depth)
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)  # fills numba's cache
+    return float(
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    )
 
 
 def timed(fn, repeat: int = 3):
@@ -167,6 +196,15 @@ def main() -> None:
     t, _ = timed(ours_mem, args.repeat)
     del os.environ["RAGASSAY_THREADS"]
     rows.append(("memory", "ragassay 1thr", t, "as ragassay, all on the calling thread"))
+
+    os.environ["RAGASSAY_JIT"] = "0"
+    t, _ = timed(ours_mem, args.repeat)
+    del os.environ["RAGASSAY_JIT"]
+    rows.append(("memory", "ragassay numpy", t, "as ragassay, with the numpy join (no numba)"))
+    t = first_call(args.queries, args.depth)
+    rows.append(
+        ("memory", "ragassay 1st", t, "first call in a fresh process: loads numba and the cached kernels")
+    )
 
     def ours_mem_nodup():
         run = Run.from_arrays(*cols)

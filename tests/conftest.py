@@ -13,3 +13,16 @@ try:  # torch is in the optional `dense` extra
     torch.set_num_threads(1)
 except ImportError:
     pass
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(params=["compiled", "numpy"])
+def join_path(request, monkeypatch):
+    """Run a test once with the compiled (numba) run-qrels join and once with the numpy reference path."""
+    from ragassay.metrics import trec
+
+    monkeypatch.setenv("RAGASSAY_JIT", "1" if request.param == "compiled" else "0")
+    assert (trec._compiled(0) is not None) == (request.param == "compiled")
+    return request.param

@@ -102,7 +102,7 @@ def arrange(rng, rq, rd, rs, layout):
     [(0, "short", "shuffled"), (1, "short", "ranked"), (2, "long", "shuffled"), (3, "long", "ranked")]
     + [(4, "middle", "shuffled"), (5, "middle", "ranked")],
 )
-def test_every_metric_matches_pytrec_eval_on_random_runs(seed, style, layout):
+def test_every_metric_matches_pytrec_eval_on_random_runs(seed, style, layout, join_path):
     rng = np.random.default_rng(seed)
     checked = 0
     for _ in range(50):
@@ -136,7 +136,7 @@ def test_every_metric_matches_pytrec_eval_on_random_runs(seed, style, layout):
     assert checked > 1000
 
 
-def test_float32_tie_rule_matches_pytrec_eval():
+def test_float32_tie_rule_matches_pytrec_eval(join_path):
     qrels = {"q": {"c": 1}}
     run = {"q": {"a": 1.0, "b": 1.0 + 1e-8, "c": 1.0}}
     ref = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(run)["q"]["recip_rank"]

@@ -43,6 +43,7 @@ def weak_string_keys(values):
 
 @pytest.mark.parametrize("style", ["short", "long"])
 def test_join_stays_exact_when_every_hash_collides(monkeypatch, style):
+    monkeypatch.setenv("RAGASSAY_JIT", "0")  # the numpy path; the compiled one is tested with forged keys
     monkeypatch.setattr(trec, "string_keys", weak_string_keys)
     rng = np.random.default_rng(11)
     for _ in range(25):
@@ -92,7 +93,7 @@ def ragged_run(sizes, dup_at=None):
     [[5] * 40, [5, 3, 1, 7] * 10, [2000] + [2] * 50],  # rectangular, ragged (padded), one huge query
     ids=["rectangular", "ragged", "skewed"],
 )
-def test_a_doc_ranked_twice_is_found_in_every_layout(sizes):
+def test_a_doc_ranked_twice_is_found_in_every_layout(sizes, join_path):
     qid, docid, score = ragged_run(sizes)
     labels = Qrels.from_arrays(qid[:50], docid[:50], [1] * 50)
     build_grade_matrix(labels, Run.from_arrays(qid, docid, score))  # no duplicate, no error
@@ -105,6 +106,7 @@ def test_a_doc_ranked_twice_is_found_in_every_layout(sizes):
 
 
 def test_hash_collisions_alone_never_report_a_duplicate(monkeypatch):
+    monkeypatch.setenv("RAGASSAY_JIT", "0")
     monkeypatch.setattr(trec, "string_keys", weak_string_keys)
     qid, docid, score = ragged_run([5, 3, 7, 1] * 10)
     labels = Qrels.from_arrays(qid[:30], docid[:30], [1] * 30)
@@ -112,7 +114,7 @@ def test_hash_collisions_alone_never_report_a_duplicate(monkeypatch):
     assert int(np.count_nonzero(~np.isnan(gm.grades))) == 30
 
 
-def test_entries_derived_from_grades_give_the_same_values_as_the_joins():
+def test_entries_derived_from_grades_give_the_same_values_as_the_joins(join_path):
     rng = np.random.default_rng(5)
     qrels, run = random_case(rng, "short")
     gm = build_grade_matrix(
@@ -150,7 +152,7 @@ def test_string_keys_at_the_end_of_the_buffer_match_the_same_id_mid_buffer(befor
         assert (at_end.head[i], at_end.hash[i]) == (alone.head[0], alone.hash[0])
 
 
-def test_single_threaded_join_gives_the_same_matrix_and_errors(monkeypatch):
+def test_single_threaded_join_gives_the_same_matrix_and_errors(monkeypatch, join_path):
     rng = np.random.default_rng(9)
     qrels, run = random_case(rng, "long")
     q = Qrels.from_arrays(*columns(qrels))
@@ -166,7 +168,7 @@ def test_single_threaded_join_gives_the_same_matrix_and_errors(monkeypatch):
         build_grade_matrix(labels, Run.from_arrays(qid, docid, score))
 
 
-def test_large_string_and_dictionary_run_columns_join_like_plain_strings():
+def test_large_string_and_dictionary_run_columns_join_like_plain_strings(join_path):
     labels = Qrels.from_arrays(
         ["q1", "q1", "q2"], ["doc-long-identifier-1", "short", "doc-long-identifier-1"], [1, 2, 3]
     )
@@ -182,3 +184,40 @@ def test_large_string_and_dictionary_run_columns_join_like_plain_strings():
     for run in (large, coded):
         np.testing.assert_array_equal(build_grade_matrix(labels, run).grades, plain.grades)
     np.testing.assert_array_equal(plain.grades, [[1.0, np.nan, 2.0], [np.nan, np.nan, np.nan]])
+
+
+def test_label_terms_are_cached_per_qrels_and_match_a_fresh_computation():
+    rng = np.random.default_rng(21)
+    qrels, run = random_case(rng, "short")
+    q = Qrels.from_arrays(*columns(qrels))
+    r = Run.from_arrays(*arrange(rng, *columns(run), "ranked"))
+    metrics = ["ndcg@5", "ndcg", "recall@10", "bpref", "rprec"]
+    sem = Semantics.trec_eval()
+    first = evaluate(build_grade_matrix(q, r, ties="trec_eval"), metrics, sem)
+    assert {key[0] for key in q.label_cache} == {"n_rel", "n_nonrel", "idcg"}
+    cached = evaluate(build_grade_matrix(q, r, ties="trec_eval"), metrics, sem)
+    gm = build_grade_matrix(q, r, ties="trec_eval")
+    fresh = GradeMatrix(
+        query_ids=gm.query_ids,
+        grades=gm.grades,
+        lengths=gm.lengths,
+        judged=gm.judged.copy(),
+        missing=gm.missing,
+    )
+    assert not gm.judged.flags.writeable
+    for m in first:
+        np.testing.assert_array_equal(first[m].values, cached[m].values)
+        np.testing.assert_array_equal(first[m].values, evaluate(fresh, [m], sem)[m].values)
+    # another relevance level is another cache entry, not a stale hit
+    level2 = evaluate(gm, ["recall@10"], Semantics.trec_eval(relevance_level=2))
+    plain2 = evaluate(fresh, ["recall@10"], Semantics.trec_eval(relevance_level=2))
+    np.testing.assert_array_equal(next(iter(level2.values())).values, next(iter(plain2.values())).values)
+    with pytest.raises(Exception, match="read-only judged"):
+        GradeMatrix(
+            query_ids=gm.query_ids,
+            grades=gm.grades,
+            lengths=gm.lengths,
+            judged=gm.judged.copy(),
+            missing=gm.missing,
+            label_cache={},
+        )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +57,7 @@ def _codes(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
     return enc.indices.to_numpy().astype(np.int64), enc.dictionary
 
 
-def _groups(values: pa.Array) -> tuple[np.ndarray, pa.Array, np.ndarray | None]:
+def _groups(values: pa.Array, parallel: bool = True) -> tuple[np.ndarray, pa.Array, np.ndarray | None]:
     """Blocks of equal values: (block starts, distinct values, per-row codes or None).
 
     When every value occupies one contiguous block (query ids of a run or qrels file), block i has code i and
@@ -67,14 +67,21 @@ def _groups(values: pa.Array) -> tuple[np.ndarray, pa.Array, np.ndarray | None]:
     n = len(values)
     if n < 2:
         return np.zeros(n, dtype=np.int64), values.unique(), None
-    change = np.flatnonzero(pc.not_equal(values[1:], values[:-1]).to_numpy(zero_copy_only=False)) + 1
-    starts = np.r_[0, change]
+    # rows where the value changes; the second half's on the worker thread
+    mid = n // 2 if parallel and n >= _PARALLEL_ROWS else n - 1
+    tail = _in_background(_changes, values[mid + 1 :], values[mid:-1])
+    starts = np.r_[0, _changes(values[1 : mid + 1], values[:mid]) + 1, tail.result() + (mid + 1)]
     heads = values.take(pa.array(starts))
     distinct = pc.unique(heads)
     if len(distinct) == len(starts):
         return starts, heads, None
     codes, distinct = _codes(values)
     return starts, distinct, codes
+
+
+def _changes(after: pa.Array, before: pa.Array) -> np.ndarray:
+    """Positions i where ``after[i] != before[i]``."""
+    return pc.indices_nonzero(pc.not_equal(after, before)).to_numpy().astype(np.int64)
 
 
 def _first_duplicate(group: np.ndarray, values: pa.Array, rows: np.ndarray) -> tuple[int, int] | None:
@@ -96,6 +103,7 @@ def _row_bits(n_queries: int) -> int:
     return max(1, int(n_queries).bit_length())
 
 
+_PARALLEL_ROWS = 200_000  # from this many rows on, halves of a pass run on two threads
 _POOL: tuple[int, ThreadPoolExecutor] | None = None  # (pid that made it, pool): a forked child makes its own
 
 
@@ -138,6 +146,7 @@ class Qrels:
     unique_keys: bool
     judged: np.ndarray
     source: str = "<qrels>"
+    label_cache: dict = field(default_factory=dict, repr=False)  # label-only metric terms, see GradeMatrix
 
     @classmethod
     def from_arrays(cls, qid, docid, grade, source: str = "<qrels>", line_of=None) -> Qrels:
@@ -183,6 +192,8 @@ class Qrels:
         table[slot[first]] = first
         counts = np.bincount(qc, minlength=nq)
         by_q = np.lexsort((-g, qc))
+        judged = pad_ragged(g[by_q], counts)
+        judged.flags.writeable = False  # shared by every grade matrix joined against these labels
         return cls(
             query_ids=qdict,
             query_objects=np.asarray(qdict.to_pylist(), dtype=object),
@@ -194,7 +205,7 @@ class Qrels:
             table=table,
             table_bits=table_bits,
             unique_keys=not same.size,
-            judged=pad_ragged(g[by_q], counts),
+            judged=judged,
             source=source,
         )
 
@@ -407,28 +418,113 @@ def _check_then_lookup(run, order, hashes, starts, qrels: Qrels, keys, docs):
     return qrels.lookup(keys, docs)
 
 
-def _join(qrels: Qrels, run: Run, ties: str, check_duplicates: bool) -> tuple[GradeMatrix, int]:
+_JIT_ROWS = 200_000  # runs this long use the compiled join by default (see _compiled)
+
+
+def _compiled(n_rows: int, jit: bool | None = None):
+    """The compiled join kernels, or None for the numpy path (both give the same values).
+
+    ``jit`` True/False forces the choice; None reads ``RAGASSAY_JIT`` (``1`` always, ``0`` never, unset or
+    ``auto``: from ``_JIT_ROWS`` rows on). Loading numba and the cached kernels takes about half a second
+    once per process, which a small run never wins back. Without numba the numpy path is used.
+    """
+    if jit is None:
+        setting = os.environ.get("RAGASSAY_JIT", "auto")
+        jit = setting == "1" or (setting != "0" and n_rows >= _JIT_ROWS)
+    if not jit:
+        return None
+    try:
+        from ragassay.metrics import _kernels
+    except ImportError:  # numba missing or broken on this platform: the numpy path gives the same values
+        return None
+    return _kernels
+
+
+def _join(
+    qrels: Qrels, run: Run, ties: str, check_duplicates: bool, jit: bool | None = None
+) -> tuple[GradeMatrix, int]:
     """The grade matrix of ``run`` against ``qrels`` and the number of run queries absent from the qrels.
 
-    Hashing the doc ids runs on a worker thread while the query blocks and rank order are worked out, and
-    the duplicate check runs there while the labels are looked up.
+    With the compiled kernels, one pass per half of the run (on two threads) hashes each doc id, checks it
+    against the query's other docs and looks up its label. Without them, hashing runs on a worker thread
+    while the query blocks and rank order are worked out, and the duplicate check runs there while the
+    labels are looked up.
     """
     n = len(run.qid)
-    pending_docs = _in_background(string_keys, run.docid)
-    starts, run_qids, codes = _groups(run.qid)
+    kernels = _compiled(n, jit)
+    scores = run.score.astype(np.float32) if ties == "trec_eval" else run.score
+    pending_docs = None if kernels else _in_background(string_keys, run.docid)
+    starts, run_qids, codes = _groups(run.qid, parallel=pending_docs is None)  # else the worker is hashing
     if run_qids.equals(qrels.query_ids):  # the same queries in the same order: no hash lookup needed
         qmap = np.arange(len(run_qids), dtype=np.int64)
     else:
         qmap = pc.index_in(run_qids, value_set=qrels.query_ids).fill_null(-1).to_numpy().astype(np.int64)
     if n == 0 or not np.any(qmap >= 0):
-        pending_docs.result()
-        raise InputError(
-            f"{run.source} shares no query id with {qrels.source} (run has e.g. "
-            f"{run_qids[0].as_py() if len(run_qids) else 'nothing'!r}, qrels e.g. {qrels.query_ids[0].as_py()!r}); "
-            "check that the run and qrels belong to the same topics"
-        )
-    scores = run.score.astype(np.float32) if ties == "trec_eval" else run.score
+        if pending_docs is not None:
+            pending_docs.result()
+        raise _no_common_query(run, run_qids[0].as_py() if len(run_qids) else "nothing", qrels)
     order, ranked_starts, block_code, moved = _rank_order(run, scores, starts, codes, ties)
+    if kernels is not None:
+        hit, label = _lookup_compiled(
+            kernels, qrels, run, order, ranked_starts, qmap[block_code], check_duplicates
+        )
+        pos = hit if order is not None else _ranked_positions(hit, None, moved, n)
+    else:
+        hit, label = _lookup_numpy(
+            qrels, run, pending_docs, starts, codes, qmap, order, ranked_starts, check_duplicates
+        )
+        pos = _ranked_positions(hit, order, moved, n)
+    return _assemble(qrels, qmap, block_code, ranked_starts, n, pos, label, ties), int(
+        np.count_nonzero(qmap < 0)
+    )
+
+
+def _no_common_query(run: Run, example: str, qrels: Qrels) -> InputError:
+    return InputError(
+        f"{run.source} shares no query id with {qrels.source} (run has e.g. {example!r}, qrels e.g. "
+        f"{qrels.query_ids[0].as_py()!r}); check that the run and qrels belong to the same topics"
+    )
+
+
+def _string_buffers(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The offsets (int32 or int64, one per string plus one) and the bytes of a (large_)string array."""
+    bufs = values.buffers()
+    off_type = np.int64 if pa.types.is_large_string(values.type) else np.int32
+    offsets = np.frombuffer(bufs[1], dtype=off_type, count=len(values) + 1 + values.offset)[values.offset :]
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    return offsets, data
+
+
+def _lookup_compiled(
+    kernels, qrels: Qrels, run: Run, order, ranked_starts, block_row, check_duplicates: bool
+):
+    """Label lookups and the duplicate check with the compiled kernel: (hit positions, label indices).
+
+    The blocks are cut in two halves by rows; the worker thread takes the second. Positions are ranked
+    positions when ``order`` is given, rows otherwise.
+    """
+    n = len(run.qid)
+    offsets, data = _string_buffers(run.docid)
+    label_offsets, label_data = _string_buffers(qrels.docs.values)
+    ranked = np.zeros(0, dtype=np.int64) if order is None else order
+    cut = int(np.searchsorted(ranked_starts, n // 2))
+    mid = int(ranked_starts[cut]) if cut < len(ranked_starts) else n
+    common = (offsets, data, qrels, label_offsets, label_data, check_duplicates)
+    tail = _in_background(kernels.join_rows, ranked, ranked_starts[cut:], n, block_row[cut:], *common)
+    hit, label, dup = kernels.join_rows(ranked, ranked_starts[:cut], mid, block_row[:cut], *common)
+    tail_hit, tail_label, tail_dup = tail.result()
+    if dup or tail_dup:  # the numpy check names the first repeated doc and its lines
+        hashes = string_keys(run.docid).hash
+        _check_duplicates(run, order, hashes if order is None else hashes[order], ranked_starts)
+        raise SchemaError(f"{run.source}: a doc appears twice in one query's ranking")  # not reached
+    return np.r_[hit, tail_hit], np.r_[label, tail_label]
+
+
+def _lookup_numpy(
+    qrels: Qrels, run: Run, pending_docs, starts, codes, qmap, order, ranked_starts, check_duplicates
+):
+    """Label lookups and the duplicate check in numpy: (hit rows, label indices)."""
+    n = len(run.qid)
     code_key = qrels.row_keys(qmap)
     keys = code_key[codes] if codes is not None else np.repeat(code_key, np.diff(np.r_[starts, n]))
     docs = pending_docs.result()
@@ -447,9 +543,12 @@ def _join(qrels: Qrels, run: Run, ties: str, check_duplicates: bool) -> tuple[Gr
     )
     hit, label = qrels.lookup(keys[:split], docs.slice(0, split))
     tail_hit, tail_label = tail.result()  # raises the SchemaError of a doc ranked twice
-    hit, label = np.r_[hit, tail_hit + split], np.r_[label, tail_label]
-    pos = _ranked_positions(hit, order, moved, n)
-    if pos is not hit and np.any(pos[1:] < pos[:-1]):
+    return np.r_[hit, tail_hit + split], np.r_[label, tail_label]
+
+
+def _assemble(qrels: Qrels, qmap, block_code, ranked_starts, n: int, pos, label, ties: str) -> GradeMatrix:
+    """The grade matrix from the labelled ranked positions ``pos`` and their ``label`` indices."""
+    if np.any(pos[1:] < pos[:-1]):
         by_pos = np.argsort(pos, kind="stable")
         pos, label = pos[by_pos], label[by_pos]
     sizes = np.diff(np.r_[ranked_starts, n])
@@ -465,7 +564,7 @@ def _join(qrels: Qrels, run: Run, ties: str, check_duplicates: bool) -> tuple[Gr
     grade = qrels.grades[label]
     grades = np.full((nq, int(lengths.max(initial=0))), np.nan)
     grades[row, col] = grade
-    gm = GradeMatrix(
+    return GradeMatrix(
         query_ids=qrels.query_objects,
         grades=grades,
         lengths=lengths,
@@ -473,19 +572,20 @@ def _join(qrels: Qrels, run: Run, ties: str, check_duplicates: bool) -> tuple[Gr
         missing=lengths == 0,
         ties=ties,
         entries=(row, col, grade),
+        label_cache=qrels.label_cache,
     )
-    return gm, int(np.count_nonzero(qmap < 0))
 
 
 def build_grade_matrix(
-    qrels: Qrels, run: Run, ties: str = "given", check_duplicates: bool = True
+    qrels: Qrels, run: Run, ties: str = "given", check_duplicates: bool = True, jit: bool | None = None
 ) -> GradeMatrix:
     """Join a run with its labels into a :class:`GradeMatrix` (rows = qrels queries, in qrels order).
 
-    Raises InputError when the run shares no query with the qrels and SchemaError on a doc ranked twice for
-    one query.
+    ``jit`` chooses the compiled join (True), the numpy one (False) or by run size (None, see
+    ``RAGASSAY_JIT``). Raises InputError when the run shares no query with the qrels and SchemaError on a
+    doc ranked twice for one query.
     """
-    return _join(qrels, run, ties, check_duplicates)[0]
+    return _join(qrels, run, ties, check_duplicates, jit)[0]
 
 
 # ---------------------------------------------------------------- file reading
@@ -646,13 +746,15 @@ def evaluate_trec(
     run: Run | str | os.PathLike,
     metrics,
     semantics: Semantics | None = None,
+    jit: bool | None = None,
 ) -> tuple[dict[Metric, MetricResult], dict[str, int]]:
     """Score a TREC run against qrels. Returns per-metric results and coverage counts
     (``n_queries`` scored, ``n_missing`` qrels queries absent from the run, ``n_run_only`` dropped run queries).
+    ``jit`` as for :func:`build_grade_matrix`.
     """
     sem = semantics or Semantics.trec_eval()
     q = qrels if isinstance(qrels, Qrels) else read_qrels(qrels)
     r = run if isinstance(run, Run) else read_run(run)
-    gm, n_run_only = _join(q, r, sem.ties, check_duplicates=True)
+    gm, n_run_only = _join(q, r, sem.ties, check_duplicates=True, jit=jit)
     coverage = {"n_queries": gm.n_queries, "n_missing": int(gm.missing.sum()), "n_run_only": n_run_only}
     return evaluate(gm, metrics, sem), coverage
