@@ -36,10 +36,11 @@ def words(data: np.ndarray) -> np.ndarray:
 @njit(cache=True, nogil=True, inline="always")
 def _word(w, at, count):
     """Little-endian uint64 of ``count`` (1..8) bytes from byte ``at`` (two aligned loads; ``at`` < limit)."""
-    q = at >> 3
-    r = np.uint64((at & 7) * 8)
-    v = (w[q] >> r) | ((w[q + 1] << (np.uint64(63) - r)) << np.uint64(1))
-    return v & _MASKS[count]
+    a = np.uint64(at)  # unsigned indices skip numba's negative-index fix-up
+    q = a >> np.uint64(3)
+    r = (a & np.uint64(7)) << np.uint64(3)
+    v = (w[q] >> r) | ((w[q + np.uint64(1)] << (np.uint64(63) - r)) << np.uint64(1))
+    return v & _MASKS[np.uint64(count)]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -151,6 +152,21 @@ def block_starts(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
+def _repeats(order, ranked, offsets, data, start, p, s, m, h):
+    """Whether a row ranked at ``start..p-1`` holds the same ``m`` bytes as ``data[s:s+m]`` (hash ``h``)."""
+    for q in range(start, p):
+        t = q if ranked else order[q]
+        ts = np.int64(offsets[t])
+        if (
+            np.int64(offsets[t + 1]) - ts == m
+            and _hash_slow(data, ts, m) == h
+            and _same_slow(data, ts, data, s, m)
+        ):
+            return True
+    return False
+
+
+@njit(cache=True, nogil=True)
 def _join_rows(
     order,
     starts,
@@ -186,13 +202,12 @@ def _join_rows(
     size = 1 << bits
     seen_shift = np.uint64(64 - bits)  # the hash's top bits are its best mixed
     smask = np.uint64(size - 1)
-    seen_row = np.empty(size, dtype=np.int64)
     seen_hash = np.empty(size, dtype=np.uint64)
-    seen_block = np.full(size, -1, dtype=np.int64)  # a slot is taken when it holds the current block
+    seen_block = np.full(size, -1, dtype=np.int32)  # a slot is taken when it holds the current block
     row_shift = np.uint64(64 - row_bits)
     hash_shift = np.uint64(row_bits)
     slot_shift = np.uint64(64 - table_bits)
-    n_labels = len(label_keys)
+    n_labels = np.uint64(len(label_keys))
     ranked = len(order) == 0
     for b in range(nb):
         start = starts[b]
@@ -200,40 +215,34 @@ def _join_rows(
         r = block_row[b]
         row_key = np.uint64(max(r, 0)) << row_shift
         for p in range(start, stop):
-            i = p if ranked else order[p]
+            i = np.uint64(p if ranked else order[p])  # unsigned indices skip the negative-index fix-up
             s = np.int64(offsets[i])
-            m = np.int64(offsets[i + 1]) - s
+            m = np.int64(offsets[i + np.uint64(1)]) - s
             fast = s + m <= limit
             h = _hash(w, s, m) if fast else _hash_slow(data, s, m)
             if check_duplicates and not dup:
                 j = h >> seen_shift
                 while seen_block[j] == b:
-                    if seen_hash[j] == h:
-                        t = seen_row[j]
-                        ts = np.int64(offsets[t])
-                        if np.int64(offsets[t + 1]) - ts == m:
-                            if fast and ts + m <= limit:
-                                dup = _same(w, ts, w, s, m)
-                            else:
-                                dup = _same_slow(data, ts, data, s, m)
-                            if dup:
-                                break
+                    if seen_hash[j] == h:  # rare: find the earlier row with this hash, compare bytes
+                        dup = _repeats(order, ranked, offsets, data, start, p, s, m, h)
+                        if dup:
+                            break
                     j = (j + np.uint64(1)) & smask
                 seen_block[j] = b
                 seen_hash[j] = h
-                seen_row[j] = i
             if r < 0:
                 continue
             key = row_key | (h >> hash_shift)
             slot = key >> slot_shift
-            li = np.int64(table[slot])
-            if li < 0:
+            first = table[slot]
+            if first < 0:
                 continue
+            li = np.uint64(first)
             # labels sharing a slot sit next to each other in key order: walk on through the slot
             while li < n_labels and (label_keys[li] >> slot_shift) == slot:
                 if label_keys[li] == key:
                     ls = np.int64(label_offsets[li])
-                    if np.int64(label_offsets[li + 1]) - ls == m:
+                    if np.int64(label_offsets[li + np.uint64(1)]) - ls == m:
                         if fast and ls + m <= label_limit:
                             same = _same(label_w, ls, w, s, m)
                         else:
@@ -243,7 +252,7 @@ def _join_rows(
                             lab[found] = li
                             found += 1
                             break
-                li += 1
+                li += np.uint64(1)
     return pos[:found], lab[:found], dup
 
 

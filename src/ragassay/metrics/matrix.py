@@ -10,7 +10,6 @@ arrays; metrics reduce over them, so their cost follows the number of judged res
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,43 +29,69 @@ def pad_ragged(values: np.ndarray, lengths: np.ndarray, width: int | None = None
     return out
 
 
-@dataclass(frozen=True, eq=False)
 class GradeMatrix:
     """Grades of a whole run, ready for vectorized metrics (see module docstring).
 
     ``entries`` (row, col, grade) must hold exactly the non-NaN cells of ``grades``, each row's cells
-    contiguous and in ascending column order; it is derived from ``grades`` when not given (the join in
-    :mod:`ragassay.metrics.trec` passes it because it has it for free). ``label_cache`` keeps terms that
+    contiguous and in ascending column order; it is derived from ``grades`` when not given. Given
+    ``entries`` alone (as the join in :mod:`ragassay.metrics.trec` does), ``grades`` is built on first
+    access: the metrics reduce over ``entries`` and never need it. ``depth`` then defaults to the longest
+    ranking. ``label_cache`` keeps terms that
     depend only on ``judged`` (relevant counts, ideal DCG) between matrices that share the same read-only
     ``judged`` array, as every run joined against one :class:`~ragassay.metrics.trec.Qrels` does.
     """
 
-    query_ids: np.ndarray
-    grades: np.ndarray
-    lengths: np.ndarray
-    judged: np.ndarray
-    missing: np.ndarray
-    ties: str = "given"
-    entries: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
-    label_cache: dict | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        q = len(self.query_ids)
-        if self.grades.ndim != 2 or self.grades.shape[0] != q:
-            raise InputError(f"grades must be (queries x depth) with {q} rows, got shape {self.grades.shape}")
-        if self.judged.ndim != 2 or self.judged.shape[0] != q:
-            raise InputError(f"judged must be (queries x J) with {q} rows, got shape {self.judged.shape}")
-        if self.lengths.shape != (q,) or self.missing.shape != (q,):
+    def __init__(
+        self,
+        *,
+        query_ids: np.ndarray,
+        lengths: np.ndarray,
+        judged: np.ndarray,
+        missing: np.ndarray,
+        grades: np.ndarray | None = None,
+        ties: str = "given",
+        entries: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        label_cache: dict | None = None,
+        depth: int | None = None,
+    ) -> None:
+        q = len(query_ids)
+        if grades is None and entries is None:
+            raise InputError("a GradeMatrix needs grades or entries (row, col, grade)")
+        if grades is not None and (grades.ndim != 2 or grades.shape[0] != q):
+            raise InputError(f"grades must be (queries x depth) with {q} rows, got shape {grades.shape}")
+        if judged.ndim != 2 or judged.shape[0] != q:
+            raise InputError(f"judged must be (queries x J) with {q} rows, got shape {judged.shape}")
+        if lengths.shape != (q,) or missing.shape != (q,):
             raise InputError("lengths and missing must have one entry per query")
-        if np.any(self.lengths > self.grades.shape[1]) or np.any(self.lengths < 0):
+        if grades is not None:
+            depth = grades.shape[1]
+        elif depth is None:
+            depth = int(lengths.max(initial=0))
+        if np.any(lengths > depth) or np.any(lengths < 0):
             raise InputError("lengths must lie between 0 and the matrix depth")
-        if self.entries is None:
-            row, col = np.nonzero(~np.isnan(self.grades))
-            object.__setattr__(self, "entries", (row, col, self.grades[row, col]))
-        elif not len(self.entries[0]) == len(self.entries[1]) == len(self.entries[2]):
+        if entries is None:
+            row, col = np.nonzero(~np.isnan(grades))
+            entries = (row, col, grades[row, col])
+        elif not len(entries[0]) == len(entries[1]) == len(entries[2]):
             raise InputError("entries must be three arrays of equal length: row, col, grade")
-        if self.label_cache is not None and self.judged.flags.writeable:
+        if label_cache is not None and judged.flags.writeable:
             raise InputError("a label_cache needs a read-only judged array (judged.flags.writeable = False)")
+        self.query_ids, self.lengths, self.judged, self.missing = query_ids, lengths, judged, missing
+        self.ties, self.entries, self.label_cache = ties, entries, label_cache
+        self._grades, self._depth = grades, depth
+
+    def __repr__(self) -> str:
+        return f"GradeMatrix({self.n_queries} queries x depth {self.depth}, ties={self.ties!r})"
+
+    @property
+    def grades(self) -> np.ndarray:
+        """(queries x depth) grade of each rank; NaN = unjudged or past the end of the ranking."""
+        if self._grades is None:
+            row, col, grade = self.entries
+            grades = np.full((self.n_queries, self._depth), np.nan)
+            grades[row, col] = grade
+            self._grades = grades
+        return self._grades
 
     @property
     def n_queries(self) -> int:
@@ -74,7 +99,7 @@ class GradeMatrix:
 
     @property
     def depth(self) -> int:
-        return self.grades.shape[1]
+        return self._depth
 
     @property
     def valid(self) -> np.ndarray:

@@ -560,18 +560,13 @@ def _assemble(qrels: Qrels, qmap, block_code, ranked_starts, n: int, pos, label,
     row_start = np.zeros(nq, dtype=np.int64)
     row_start[block_row[kept]] = ranked_starts[kept]
     row = qrels.row[label]
-    col = pos - row_start[row]
-    grade = qrels.grades[label]
-    grades = np.full((nq, int(lengths.max(initial=0))), np.nan)
-    grades[row, col] = grade
     return GradeMatrix(
         query_ids=qrels.query_objects,
-        grades=grades,
         lengths=lengths,
         judged=qrels.judged,
         missing=lengths == 0,
         ties=ties,
-        entries=(row, col, grade),
+        entries=(row, pos - row_start[row], qrels.grades[label]),
         label_cache=qrels.label_cache,
     )
 
