@@ -299,13 +299,20 @@ class Run:
         return self.line_of(row) if self.line_of else f"{self.source}: row {row + 1}"
 
 
-def _ranked(scores: np.ndarray, starts: np.ndarray, strict: bool) -> bool:
-    """True when scores descend within every block (strictly, when equal scores would need re-ordering)."""
+def _rises(scores: np.ndarray, starts: np.ndarray) -> bool:
+    """True when a score rises above the one before it within a block (the rows need sorting)."""
     if len(scores) < 2:
-        return True
-    ok = scores[1:] < scores[:-1] if strict else scores[1:] <= scores[:-1]
-    ok[starts[1:] - 1] = True  # the first row of a block may score anything
-    return bool(ok.all())
+        return False
+    up = scores[1:] > scores[:-1]
+    up[starts[1:] - 1] = False  # the first row of a block may score anything
+    return bool(up.any())
+
+
+def _ties(scores: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Boolean per row i >= 1 (index i - 1): row i scores the same as row i - 1 in the same block."""
+    tie = scores[1:] == scores[:-1]
+    tie[starts[1:] - 1] = False
+    return tie
 
 
 def _rank_order(
@@ -320,9 +327,7 @@ def _rank_order(
     breaking puts elsewhere when ``order`` is None.
     """
     n = len(scores)
-    if codes is None and _ranked(scores, starts, strict=True):
-        return None, starts, np.arange(len(starts)), None  # no ties, nothing to re-order
-    if codes is None and _ranked(scores, starts, strict=False):
+    if codes is None and not _rises(scores, starts):
         order, block_code, ranked = None, np.arange(len(starts)), scores
     else:
         if codes is None:
@@ -333,8 +338,7 @@ def _rank_order(
         block_code, ranked = co[starts], scores[order]
     if ties != "trec_eval" or n < 2:
         return order, starts, block_code, None
-    tie = ranked[1:] == ranked[:-1]
-    tie[starts[1:] - 1] = False
+    tie = _ties(ranked, starts)
     first = np.flatnonzero(tie)
     if not first.size:
         return order, starts, block_code, None
