@@ -221,3 +221,19 @@ def test_label_terms_are_cached_per_qrels_and_match_a_fresh_computation():
             missing=gm.missing,
             label_cache={},
         )
+
+
+@pytest.mark.parametrize("where", ["first block", "last block"])
+@pytest.mark.parametrize("layout", ["ranked", "shuffled"])
+def test_a_doc_ranked_twice_is_found_in_either_half_and_in_any_row_order(where, layout, join_path):
+    rng = np.random.default_rng(2)
+    sizes = [6, 3, 40, 1, 9] * 8
+    qid, docid, score = ragged_run(sizes)
+    labels = Qrels.from_arrays(qid[:50], docid[:50], [1] * 50)
+    at = 1 if where == "first block" else len(qid) - 1
+    docid[at] = docid[at - 1]
+    score[at] = score[at - 1] - 0.5  # keeps the ranked layout in rank order
+    perm = rng.permutation(len(qid)) if layout == "shuffled" else np.arange(len(qid))
+    run = Run.from_arrays([qid[i] for i in perm], [docid[i] for i in perm], [score[i] for i in perm])
+    with pytest.raises(SchemaError, match=rf"doc '{docid[at]}' appears twice in the ranking of query"):
+        build_grade_matrix(labels, run)

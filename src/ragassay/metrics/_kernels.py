@@ -209,30 +209,45 @@ def _join_rows(
     slot_shift = np.uint64(64 - table_bits)
     n_labels = np.uint64(len(label_keys))
     ranked = len(order) == 0
+    hashes = np.empty(max(widest, 1), dtype=np.uint64)  # the block's doc hashes, in L1
     for b in range(nb):
         start = starts[b]
         stop = starts[b + 1] if b + 1 < nb else end
-        r = block_row[b]
-        row_key = np.uint64(max(r, 0)) << row_shift
-        for p in range(start, stop):
+        width = stop - start
+        # 1. hash the block's doc ids
+        for k in range(width):
+            p = start + k
             i = np.uint64(p if ranked else order[p])  # unsigned indices skip the negative-index fix-up
             s = np.int64(offsets[i])
-            m = np.int64(offsets[i + np.uint64(1)]) - s
-            fast = s + m <= limit
-            h = _hash(w, s, m) if fast else _hash_slow(data, s, m)
-            if check_duplicates and not dup:
+            e = np.int64(offsets[i + np.uint64(1)])
+            hashes[k] = _hash(w, s, e - s) if e <= limit else _hash_slow(data, s, e - s)
+        # 2. no doc twice in the block: equal hashes are confirmed on the bytes
+        if check_duplicates and not dup:
+            for k in range(width):
+                h = hashes[k]
                 j = h >> seen_shift
                 while seen_block[j] == b:
-                    if seen_hash[j] == h:  # rare: find the earlier row with this hash, compare bytes
-                        dup = _repeats(order, ranked, offsets, data, start, p, s, m, h)
+                    if seen_hash[j] == h:
+                        p = start + k
+                        i = p if ranked else order[p]
+                        s = np.int64(offsets[i])
+                        dup = _repeats(
+                            order, ranked, offsets, data, start, p, s, np.int64(offsets[i + 1]) - s, h
+                        )
                         if dup:
                             break
                     j = (j + np.uint64(1)) & smask
+                if dup:
+                    break
                 seen_block[j] = b
                 seen_hash[j] = h
-            if r < 0:
-                continue
-            key = row_key | (h >> hash_shift)
+        # 3. look up the labels of the block's query
+        r = block_row[b]
+        if r < 0:
+            continue
+        row_key = np.uint64(r) << row_shift
+        for k in range(width):
+            key = row_key | (hashes[k] >> hash_shift)
             slot = key >> slot_shift
             first = table[slot]
             if first < 0:
@@ -241,9 +256,13 @@ def _join_rows(
             # labels sharing a slot sit next to each other in key order: walk on through the slot
             while li < n_labels and (label_keys[li] >> slot_shift) == slot:
                 if label_keys[li] == key:
+                    p = start + k
+                    i = np.uint64(p if ranked else order[p])
+                    s = np.int64(offsets[i])
+                    m = np.int64(offsets[i + np.uint64(1)]) - s
                     ls = np.int64(label_offsets[li])
                     if np.int64(label_offsets[li + np.uint64(1)]) - ls == m:
-                        if fast and ls + m <= label_limit:
+                        if s + m <= limit and ls + m <= label_limit:
                             same = _same(label_w, ls, w, s, m)
                         else:
                             same = _same_slow(label_data, ls, data, s, m)
