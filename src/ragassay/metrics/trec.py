@@ -439,7 +439,7 @@ def _compiled(n_rows: int, jit: bool | None = None):
         return None
     try:
         from ragassay.metrics import _kernels
-    except ImportError:  # numba missing or broken on this platform: the numpy path gives the same values
+    except Exception:  # numba missing, broken, or unable to cache here: the numpy path gives the same values
         return None
     return _kernels
 
