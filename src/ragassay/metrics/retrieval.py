@@ -219,7 +219,8 @@ class _Run:
         if name == "ndcg":
             kk = self.depth if k is None else min(k, self.depth)
             keep = self.col < kk
-            gains = _gain(self.grade[keep], self.sem.gain) / np.log2(self.col[keep] + 2.0)
+            # log2(rank + 1) looked up per rank, the same values as computing it per entry
+            gains = _gain(self.grade[keep], self.sem.gain) / np.log2(np.arange(2.0, kk + 2.0))[self.col[keep]]
             dcg = self.per_row(self.row[keep], gains)
             idcg = self.idcg(k)
             with np.errstate(invalid="ignore", divide="ignore"):
