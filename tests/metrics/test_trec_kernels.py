@@ -109,3 +109,22 @@ def test_compiled_join_never_takes_a_label_whose_key_matches_another_doc(monkeyp
     assert trec._compiled(0) is not None
     gm = build_grade_matrix(q, Run.from_arrays(["q1", "q1"], [doc, "alpha"], [2.0, 1.0]))
     np.testing.assert_array_equal(gm.grades, [[np.nan, 2.0], [np.nan, np.nan]])
+
+
+def test_auto_takes_the_compiled_join_from_the_second_long_run_or_once_it_is_loaded(monkeypatch):
+    monkeypatch.delenv("RAGASSAY_JIT", raising=False)
+    monkeypatch.setattr(trec, "_JIT_ROWS", 10)
+    monkeypatch.setattr(trec, "_LARGE_JOINS", 0)
+    monkeypatch.setattr(trec, "_KERNELS", None)  # as in a fresh process
+    assert trec._compiled(5) is None  # short runs: numpy
+    assert trec._compiled(10) is None  # the first long run does not pay for loading numba
+    assert trec._compiled(10) is not None  # the second does
+    assert trec._compiled(9) is None
+    monkeypatch.setattr(trec, "_LARGE_JOINS", 0)
+    assert trec._compiled(10) is not None  # already loaded: no reason to wait
+    assert trec._compiled(10, jit=False) is None
+    assert trec._compiled(1, jit=True) is not None
+    monkeypatch.setenv("RAGASSAY_JIT", "0")
+    assert trec._compiled(10**9) is None
+    monkeypatch.setenv("RAGASSAY_JIT", "1")
+    assert trec._compiled(1) is not None

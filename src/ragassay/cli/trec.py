@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import typer
@@ -35,18 +34,13 @@ def register(app: typer.Typer) -> None:
         relevance_level: float = typer.Option(1, "--relevance-level", help="grade >= N is relevant"),
         gain: str = typer.Option("linear", "--gain", help="nDCG gain: linear (trec_eval) | exp"),
     ) -> None:
-        """Score a TREC run against qrels; undefined per-query values (no relevant labels) are counted.
-
-        One evaluation per process never wins back the compiled join's load time, so this command uses the
-        numpy join unless RAGASSAY_JIT is set.
-        """
+        """Score a TREC run against qrels; undefined per-query values (no relevant labels) are counted."""
         console = Console()
         try:
             base = Semantics.trec_eval(relevance_level=relevance_level, gain=gain)
             sem = Semantics(relevance_level, gain, ties, base.negatives)
             metrics = [Metric.parse(m) for m in metric]
-            jit = None if os.environ.get("RAGASSAY_JIT") else False
-            results, coverage = evaluate_trec(qrels, run, metrics, sem, jit=jit)
+            results, coverage = evaluate_trec(qrels, run, metrics, sem)
         except InputError as exc:
             typer.echo(f"error: {exc}".splitlines()[0], err=True)
             raise typer.Exit(code=2) from None

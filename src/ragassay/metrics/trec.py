@@ -422,26 +422,39 @@ def _check_then_lookup(run, order, hashes, starts, qrels: Qrels, keys, docs):
     return qrels.lookup(keys, docs)
 
 
-_JIT_ROWS = 200_000  # runs this long use the compiled join by default (see _compiled)
+_JIT_ROWS = 200_000  # runs this long may use the compiled join (see _compiled)
+_LARGE_JOINS = 0  # joins of runs that long so far in this process
+_KERNELS = None  # the compiled kernels' module, once loaded
 
 
 def _compiled(n_rows: int, jit: bool | None = None):
     """The compiled join kernels, or None for the numpy path (both give the same values).
 
-    ``jit`` True/False forces the choice; None reads ``RAGASSAY_JIT`` (``1`` always, ``0`` never, unset or
-    ``auto``: from ``_JIT_ROWS`` rows on). Loading numba and the cached kernels takes about half a second
-    once per process, which a small run never wins back. Without numba the numpy path is used.
+    ``jit`` True/False forces the choice. None reads ``RAGASSAY_JIT``: ``1`` always, ``0`` never; unset or
+    ``auto``: runs of ``_JIT_ROWS`` rows or more, once the kernels are loaded or from the second such run in
+    the process on. Loading numba and the cached kernels takes about 0.6-1 s once per process, which one run
+    never wins back (the compiled join saves 10-20 ms per million rows), while repeated joins in one
+    process, a sweep or a notebook, do. Without numba the numpy path is used.
     """
+    global _LARGE_JOINS, _KERNELS
     if jit is None:
         setting = os.environ.get("RAGASSAY_JIT", "auto")
-        jit = setting == "1" or (setting != "0" and n_rows >= _JIT_ROWS)
+        if setting in ("0", "1"):
+            jit = setting == "1"
+        elif n_rows < _JIT_ROWS:
+            return None
+        else:
+            _LARGE_JOINS += 1
+            jit = _LARGE_JOINS > 1 or _KERNELS is not None
     if not jit:
         return None
-    try:
-        from ragassay.metrics import _kernels
-    except Exception:  # numba missing, broken, or unable to cache here: the numpy path gives the same values
-        return None
-    return _kernels
+    if _KERNELS is None:
+        try:
+            from ragassay.metrics import _kernels
+        except Exception:  # numba missing, broken, or unable to cache here: the numpy path gives the same values
+            return None
+        _KERNELS = _kernels
+    return _KERNELS
 
 
 def _join(
