@@ -108,7 +108,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--queries", type=int, default=10_000)
     ap.add_argument("--depth", type=int, default=100)
-    ap.add_argument("--repeat", type=int, default=3, help="best of N for the file timings")
+    ap.add_argument("--repeat", type=int, default=5, help="best of N for the file timings")
     ap.add_argument(
         "--mem-repeat", type=int, default=10, help="best of N for the in-memory timings (every tool alike)"
     )
