@@ -235,6 +235,10 @@ def test_bad_rows_raise_schema_errors_naming_the_problem(store):
         store.write_batch(run, {**_rows(["q"], ["rr"], [1.0]), "judged_fraction": [1.5]})
     with pytest.raises(SchemaError, match="'tokens_in' cannot be read"):
         store.write_batch(run, {**_rows(["q"], ["rr"], [1.0]), "tokens_in": [2**40]})
+    with pytest.raises(SchemaError, match=r"'value' cannot be read as double \(Failed to parse"):
+        store.write_batch(run, {"query_id": ["q"], "metric": ["rr"], "value": ["abc"]})
+    with pytest.raises(SchemaError, match=r"'value' cannot be read as double \(Unsupported cast"):
+        store.write_batch(run, {"query_id": ["q"], "metric": ["rr"], "value": [[1.0]]})
     with pytest.raises(SchemaError, match="status 'ok'"):
         store.write_batch(run, _rows(["q"], ["rr"], [1.0]), done=[("q", 0, "ok", None)])
     with pytest.raises(InputError, match="not in"):
