@@ -122,10 +122,7 @@ class _Run:
     @cached_property
     def rel_rank(self) -> np.ndarray:
         """1-based position of each relevant entry among its row's relevant entries (= cumulative relevant)."""
-        r = self.rel_row
-        n = len(r)
-        first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]]) if n else np.zeros(0, dtype=np.int64)
-        return (np.arange(1, n + 1) - np.repeat(first, np.diff(np.r_[first, n]))).astype(np.float64)
+        return (self.before_in_row(self.rel, self.rel_at) + 1).astype(np.float64)
 
     @cached_property
     def row_start(self) -> np.ndarray:
@@ -135,6 +132,13 @@ class _Run:
         start = np.zeros(self.nq, dtype=np.int64)
         start[row[first]] = first
         return start
+
+    def before_in_row(self, flags: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """For the entries ``at``: how many flagged entries of the same row come before each (a running total
+        minus the running total at the row's first entry)."""
+        before = np.zeros(len(flags) + 1, dtype=np.int64)
+        np.cumsum(flags, out=before[1:])
+        return before[at] - before[self.row_start[self.row[at]]]
 
     @cached_property
     def n_rel(self) -> np.ndarray:
@@ -228,12 +232,8 @@ class _Run:
         if name == "rprec":
             return self.per_rel(self.per_row(self.rel_row[self.rel_col < self.n_rel[self.rel_row]]))
         if name == "bpref":
-            # judged non-relevant entries ranked above each relevant one, counted within its row: the
-            # running count before the entry minus the running count before its row's first entry
-            nonrel = self.judged_run & ~self.rel
-            before = np.zeros(len(nonrel) + 1, dtype=np.int64)
-            np.cumsum(nonrel, out=before[1:])
-            above = before[self.rel_at] - before[self.row_start[self.rel_row]]
+            # judged non-relevant entries ranked above each relevant one, counted within its row
+            above = self.before_in_row(self.judged_run & ~self.rel, self.rel_at)
             r = self.n_rel[self.rel_row]
             denom = np.minimum(r, self.n_nonrel[self.rel_row]).astype(np.float64)
             with np.errstate(invalid="ignore", divide="ignore"):
