@@ -55,17 +55,6 @@ def test_kernel_hash_of_the_buffers_last_string_matches_the_same_id_mid_buffer(l
         assert at_end[-1] == mid[0] == string_keys(pa.array([last])).hash[0]
 
 
-def test_kernel_block_starts_find_runs_of_equal_strings():
-    rng = np.random.default_rng(4)
-    pool = ["q1", "q1-but-longer-than-eight", "q2", "", "é", "q1-but-longer-than-eighT"]
-    for _ in range(50):
-        words = list(rng.choice(pool, size=int(rng.integers(1, 60))))
-        values = pa.array(words)
-        want = [i for i in range(len(words)) if i == 0 or words[i] != words[i - 1]]
-        assert kernels.block_starts(*buffers(values)).tolist() == want
-        assert kernels.block_starts(*buffers(unaligned(values))).tolist() == want
-
-
 @pytest.mark.parametrize("style", ["short", "long", "middle"])
 def test_compiled_join_matches_pytrec_eval_when_label_slots_are_shared(monkeypatch, style):
     monkeypatch.setenv("RAGASSAY_JIT", "1")

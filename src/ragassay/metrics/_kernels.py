@@ -1,8 +1,8 @@
 """Compiled (numba) kernels for the run-against-qrels join; the numpy path in :mod:`.trec` is their reference.
 
-Each kernel is one pass over a run's rows that reads the Arrow string buffers directly, so no per-row
-temporary arrays are built. They compute exactly what the numpy path computes (the same hash, the same
-label table walk, the same duplicate rule), and the tests hold them to it. Compiled code is cached next to
+The kernels read the Arrow string buffers directly, a query block at a time, so no run-length temporary
+arrays are built. They compute exactly what the numpy path computes (the same hash, the same label table
+walk, the same duplicate rule), and the tests hold them to it. Compiled code is cached next to
 this file (``cache=True``); the first call in a fresh install compiles for a few seconds.
 """
 
@@ -93,13 +93,9 @@ def _same_slow(a_data, a_s, b_data, b_s, length):
     return True
 
 
-def _limit(w: np.ndarray) -> int:
-    """Strings ending at or before this byte offset can be read with :func:`_word`."""
-    return 8 * (len(w) - 1)
-
-
 @njit(cache=True, nogil=True)
-def _string_hashes(offsets, data, w, limit):
+def _string_hashes(offsets, data, w):
+    limit = 8 * (len(w) - 1)  # strings ending at or before this byte can be read with _word
     n = len(offsets) - 1
     length = np.empty(n, dtype=np.int64)
     head = np.empty(n, dtype=np.uint64)
@@ -118,37 +114,9 @@ def _string_hashes(offsets, data, w, limit):
 
 
 def string_hashes(offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Byte length, head and hash of every string of an Arrow (large_)string column (see ``strkeys``)."""
-    w = words(data)
-    return _string_hashes(offsets, data, w, _limit(w))
-
-
-@njit(cache=True, nogil=True)
-def _block_starts(offsets, data, w, limit):
-    n = len(offsets) - 1
-    out = np.empty(max(n, 1), dtype=np.int64)
-    c = 0
-    if n > 0:
-        out[0] = 0
-        c = 1
-    for i in range(1, n):
-        a, b, e = np.int64(offsets[i - 1]), np.int64(offsets[i]), np.int64(offsets[i + 1])
-        if b - a != e - b:
-            same = False
-        elif e <= limit:
-            same = _same(w, a, w, b, e - b)
-        else:
-            same = _same_slow(data, a, data, b, e - b)
-        if not same:
-            out[c] = i
-            c += 1
-    return out[:c]
-
-
-def block_starts(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
-    """Positions where a string differs from the one before it (0 included): a column's runs of equal values."""
-    w = words(data)
-    return _block_starts(offsets, data, w, _limit(w))
+    """Byte length, head and hash of every string of an Arrow (large_)string column, as
+    :func:`ragassay.metrics.strkeys.string_keys` computes them; the tests hold the kernels' hash to it."""
+    return _string_hashes(offsets, data, words(data))
 
 
 @njit(cache=True, nogil=True)
@@ -175,7 +143,6 @@ def _join_rows(
     offsets,
     data,
     w,
-    limit,
     row_bits,
     table,
     table_bits,
@@ -183,9 +150,9 @@ def _join_rows(
     label_offsets,
     label_data,
     label_w,
-    label_limit,
     check_duplicates,
 ):
+    limit, label_limit = 8 * (len(w) - 1), 8 * (len(label_w) - 1)  # strings ending by then: word reads
     nb = len(starts)
     span = end - starts[0] if nb else 0
     pos = np.empty(max(span, 1), dtype=np.int64)
@@ -278,16 +245,15 @@ def _join_rows(
 def join_rows(
     order, starts, end, block_row, offsets, data, qrels, label_offsets, label_data, check_duplicates
 ):
-    """Look up every run row's label and check that no doc repeats within a query block, in one pass.
+    """Look up every run row's label and check that no doc repeats within a query block.
 
     Rows are visited in ranked order (``order[p]`` is the row at ranked position p; an empty ``order`` means
     the rows are already ranked); ``starts`` are the ranked positions where each block begins (the last
-    one ends at ``end``) and ``block_row`` its qrels row (-1 = a query the qrels lack). The label side is the :class:`Qrels` key
-    table and the labels' doc id buffers. Returns (ranked positions with a label, their label indices,
-    whether some block repeats a doc). Every hash match is confirmed on the bytes, so hash collisions cost
-    time, never correctness.
+    one ends at ``end``) and ``block_row`` its qrels row (-1 = a query the qrels lack). The label side is
+    the :class:`Qrels` key table and the labels' doc id buffers. Returns (ranked positions with a label,
+    their label indices, whether some block repeats a doc). Every hash match is confirmed on the bytes, so
+    hash collisions cost time, never correctness.
     """
-    w, lw = words(data), words(label_data)
     return _join_rows(
         order,
         starts,
@@ -295,15 +261,13 @@ def join_rows(
         block_row,
         offsets,
         data,
-        w,
-        _limit(w),
+        words(data),
         qrels.row_bits,
         qrels.table,
         qrels.table_bits,
         qrels.keys,
         label_offsets,
         label_data,
-        lw,
-        _limit(lw),
+        words(label_data),
         check_duplicates,
     )

@@ -462,8 +462,8 @@ def _join(
 ) -> tuple[GradeMatrix, int]:
     """The grade matrix of ``run`` against ``qrels`` and the number of run queries absent from the qrels.
 
-    With the compiled kernels, one pass per half of the run (on two threads) hashes each doc id, checks it
-    against the query's other docs and looks up its label. Without them, hashing runs on a worker thread
+    With the compiled kernels, each half of the run (on two threads) is read query block by query block:
+    hash the doc ids, check them against the query's other docs, look up their labels. Without them, hashing runs on a worker thread
     while the query blocks and rank order are worked out, and the duplicate check runs there while the
     labels are looked up.
     """
