@@ -301,14 +301,22 @@ def _cell(value: object, n_def: object = None, n_undef: object = None) -> dict:
     }
 
 
-def _stage_view(t: object) -> dict:
-    t = _mapping(t, "stage_table")
-    runs = [str(x) for x in _list(_need(t, "runs", "stage_table"), "stage_table.runs")]
+def _run_table(t: object, name: str) -> tuple[dict, list[str], list[tuple[str, dict, list]]]:
+    """A table with one value per run in each row: (the table, its runs, (path, row, values) per row)."""
+    t = _mapping(t, name)
+    runs = [str(x) for x in _list(_need(t, "runs", name), f"{name}.runs")]
     rows = []
-    for i, r in enumerate(_list(_need(t, "rows", "stage_table"), "stage_table.rows")):
-        p = f"stage_table.rows[{i}]"
+    for i, r in enumerate(_list(_need(t, "rows", name), f"{name}.rows")):
+        p = f"{name}.rows[{i}]"
         r = _mapping(r, p)
-        vals = _numbers(_need(r, "values", p), f"{p}.values", len(runs), "stage_table.runs")
+        rows.append((p, r, _numbers(_need(r, "values", p), f"{p}.values", len(runs), f"{name}.runs")))
+    return t, runs, rows
+
+
+def _stage_view(t: object) -> dict:
+    _, runs, table_rows = _run_table(t, "stage_table")
+    rows = []
+    for p, r, vals in table_rows:
         nd = _numbers(r.get("n_defined", [None] * len(runs)), f"{p}.n_defined", len(runs), "stage_table.runs")
         nu = _numbers(
             r.get("n_undefined", [None] * len(runs)), f"{p}.n_undefined", len(runs), "stage_table.runs"
@@ -324,16 +332,11 @@ def _stage_view(t: object) -> dict:
 
 
 def _strata_view(t: object) -> dict:
-    t = _mapping(t, "strata_table")
-    runs = [str(x) for x in _list(_need(t, "runs", "strata_table"), "strata_table.runs")]
-    rows = []
-    for i, r in enumerate(_list(_need(t, "rows", "strata_table"), "strata_table.rows")):
-        p = f"strata_table.rows[{i}]"
-        r = _mapping(r, p)
-        vals = _numbers(_need(r, "values", p), f"{p}.values", len(runs), "strata_table.runs")
-        rows.append(
-            {"stratum": str(r.get("stratum", "")), "n": r.get("n"), "cells": [_cell(v) for v in vals]}
-        )
+    t, runs, table_rows = _run_table(t, "strata_table")
+    rows = [
+        {"stratum": str(r.get("stratum", "")), "n": r.get("n"), "cells": [_cell(v) for v in vals]}
+        for _, r, vals in table_rows
+    ]
     return {"runs": runs, "metric": str(t.get("metric", "")), "rows": rows}
 
 
