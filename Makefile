@@ -7,20 +7,33 @@ BIN    := $(VENV)/bin
 CORE   := $(VENV)/.installed-core
 FULL   := $(VENV)/.installed-full
 
-.PHONY: demo test lint bench browser clean
+.PHONY: demo test lint bench browser clean lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(CORE): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet --disable-pip-version-check -e .
+# constraints.txt pins every package to the versions the suite was last run with (see `make lock`).
+PIP    := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt
+
+$(CORE): pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e .
 	touch $@
 
 # torch is pinned to the CPU build on this machine's disk before anything can pull a CUDA build.
-$(FULL): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dense,llm,dev]'
+$(FULL): pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) torch==2.13.0
+	$(PIP) -e '.[dense,llm,dev]'
 	touch $@ $(CORE)
+
+# Re-pin the toolchain: resolve the extras afresh in a scratch venv, then freeze it into constraints.txt.
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/pip install --quiet --disable-pip-version-check torch==2.13.0
+	.venv-lock/bin/pip install --quiet --disable-pip-version-check -e '.[dense,llm,dev]'
+	{ echo "# The toolchain the test suite was last run with: make test and make demo install with -c constraints.txt."; \
+	  echo "# Regenerate after a dependency change with make lock."; \
+	  .venv-lock/bin/pip freeze --exclude-editable | sed 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/'; } > constraints.txt
+	rm -rf .venv-lock
 
 demo: $(CORE)
 	$(BIN)/ragassay demo
