@@ -41,12 +41,7 @@ def test_bare_citation_ids_become_citations():
     assert t.citations == [Citation(unit_id="d:0-5")]
 
 
-def test_trace_rejects_inconsistent_spans_and_tokens():
-    bad = Unit(unit_id="u", doc_id="d", start=5, end=2)
-    with pytest.raises(ValueError, match="end 2 < start 5"):
-        Trace(trace_id="t", query_id="q", fused=[bad])
-    with pytest.raises(ValueError, match="text has 3 characters"):
-        Trace(trace_id="t", query_id="q", packed=[Unit(unit_id="u", doc_id="d", start=0, end=5, text="abc")])
+def test_trace_rejects_inconsistent_tokens_and_outcomes():
     with pytest.raises(ValueError, match="packed_tokens"):
         Trace(trace_id="t", query_id="q", packed=[Unit(unit_id="u", doc_id="d", start=0, end=1, tokens=3)],
               packed_tokens=2)
@@ -117,3 +112,41 @@ def test_append_mode_resumes_and_survives_a_torn_line(tmp_path):
     assert [t.query_id for t in traces] == ["q1", "q2"] and [p.line for p in problems] == [3]
     with pytest.raises(SchemaError, match="different config"):
         TraceWriter(path, RunHeader(run_name="r", config={"other": 1}), mode="a")
+
+
+def test_a_latin1_byte_is_one_problem_and_the_other_lines_import(tmp_path):
+    path = write_traces(tmp_path / "t.jsonl", _header(), [_trace("q1"), _trace("q2"), _trace("q3")])
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[2] = lines[2].replace(b'"hello"', b'"h\xe9llo"', 1)  # latin-1 é inside q2's record
+    path.write_bytes(b"".join(lines))
+    header, traces, problems = read_traces(path)
+    assert header is not None and [t.query_id for t in traces] == ["q1", "q3"]
+    assert [p.line for p in problems] == [3]
+    assert problems[0].message.startswith("not UTF-8 (byte 0xe9 at column")
+
+
+def test_reader_records_each_trace_line_and_skips_a_byte_order_mark(tmp_path):
+    from ragassay.trace import TraceReader
+
+    path = write_traces(tmp_path / "t.jsonl", _header(), [_trace("q1"), _trace("q2")])
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    reader = TraceReader(path)
+    assert [t.query_id for t in reader] == ["q1", "q2"]
+    assert reader.header is not None and reader.problems == []
+    assert reader.lines == {("q1", 0): 2, ("q2", 0): 3}
+
+
+def test_a_directory_is_named_as_one(tmp_path):
+    write_traces(tmp_path / "run.jsonl", _header(), [_trace("q1")])
+    with pytest.raises(SchemaError, match=r"is a directory, not a trace file; .*\(it holds run.jsonl\)"):
+        read_traces(tmp_path)
+
+
+def test_deeply_nested_and_overlong_numbers_are_line_problems(tmp_path):
+    path = write_traces(tmp_path / "t.jsonl", _header(), [_trace("q1")])
+    with path.open("a") as fh:
+        fh.write("[" * 100_000 + "]" * 100_000 + "\n")
+        fh.write('{"type": "trace", "trial": ' + "9" * 5000 + "}\n")
+    _, traces, problems = read_traces(path)
+    assert [t.query_id for t in traces] == ["q1"] and [p.line for p in problems] == [3, 4]
+    assert all(p.message.startswith(("JSON nested too deeply", "not valid JSON")) for p in problems)

@@ -40,29 +40,56 @@ class TraceReader:
     """Stream traces from a JSONL file; ``header`` and ``problems`` fill in as lines are read.
 
     Duplicate (query_id, trial) keys are reported as problems and the later record is skipped, because a
-    resumed run that re-wrote a record must not count a query twice.
+    resumed run that re-wrote a record must not count a query twice. A line that is not UTF-8 is one
+    problem; the lines around it still read. :attr:`lines` maps each trace's (query_id, trial) to its line,
+    for :func:`~ragassay.trace.schema.validate_units`.
     """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        if self.path.is_dir():
+            inside = sorted(p.name for p in self.path.glob("*.jsonl"))[:3]
+            hint = f" (it holds {', '.join(inside)})" if inside else ""
+            raise SchemaError(f"{self.path}: is a directory, not a trace file; pass the .jsonl trace file "
+                              f"inside it{hint}")
         if not self.path.is_file():
             raise SchemaError(f"{self.path}: trace file not found; pass the path of a .jsonl trace file")
         self.header: RunHeader | None = None
         self.problems: list[Problem] = []
+        self.lines: dict[tuple[str, int], int] = {}
         self.n_records = 0
 
     def __iter__(self) -> Iterator[Trace]:
-        seen: dict[tuple[str, int], int] = {}
+        seen = self.lines
         header_reported = False
-        with self.path.open("r", encoding="utf-8") as fh:
-            for lineno, raw in enumerate(fh, start=1):
+        try:
+            fh = self.path.open("rb")
+        except OSError as exc:
+            raise SchemaError(f"{self.path}: cannot read the trace file ({exc.strerror}); check its "
+                              "permissions") from exc
+        with fh:
+            for lineno, blob in enumerate(fh, start=1):
+                try:
+                    raw = blob.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    self.n_records += 1
+                    self.problems.append(Problem(lineno, f"not UTF-8 (byte 0x{blob[exc.start]:02x} at column "
+                                                         f"{exc.start + 1}); re-encode the file as UTF-8"))
+                    continue
+                if lineno == 1:
+                    raw = raw.removeprefix("\ufeff")  # a byte-order mark some editors write
                 if not raw.strip():
                     continue
                 self.n_records += 1
                 try:
                     rec = json.loads(raw)
-                except json.JSONDecodeError as exc:
-                    self.problems.append(Problem(lineno, f"not valid JSON ({exc.msg} at column {exc.colno})"))
+                except RecursionError:
+                    self.problems.append(Problem(lineno, "JSON nested too deeply to read"))
+                    continue
+                except ValueError as exc:  # JSONDecodeError, or an integer literal too long to convert
+                    msg = (f"not valid JSON ({exc.msg} at column {exc.colno})"
+                           if isinstance(exc, json.JSONDecodeError) else f"not valid JSON ({exc})")
+                    self.problems.append(Problem(lineno, msg))
                     continue
                 if not isinstance(rec, dict):
                     self.problems.append(Problem(lineno, f"expected a JSON object, got {type(rec).__name__}"))

@@ -11,14 +11,24 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import ragassay
 
 Outcome = Literal["answered", "abstained", "refused", "error"]
+
+
+# Offsets, counts and trials are stored as 64-bit integers; a larger number is a schema error, not an
+# overflow deep inside scoring.
+_BIG = 2**53
+Duration = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class _Strict(BaseModel):
@@ -28,18 +38,20 @@ class _Strict(BaseModel):
 class Unit(_Strict):
     """One retrieved unit (chunk, passage, page, whole document) as canonical offsets [start, end).
 
-    Span consistency (end >= start, len(text) == end - start) is checked by the enclosing :class:`Trace`
-    in one pass over all its units, which keeps validating a trace of hundreds of units cheap.
+    The span is checked against the corpus, not here: :func:`validate_units` checks every unit of a run
+    at once (doc known, 0 <= start <= end <= document length, ``text`` equal to the canonical span, finite
+    score, no repeats in a list), so one bad unit is reported with its line and the rest of its trace
+    still scores.
     """
 
     unit_id: str = Field(min_length=1)
     doc_id: str = Field(min_length=1)
-    start: int = Field(ge=0)
-    end: int = Field(ge=0)
+    start: int = Field(ge=-_BIG, le=_BIG)
+    end: int = Field(ge=-_BIG, le=_BIG)
     score: float | None = None
-    rank: int | None = Field(default=None, ge=1)
+    rank: int | None = Field(default=None, ge=1, le=_BIG)
     text: str | None = None
-    tokens: int | None = Field(default=None, ge=0)
+    tokens: int | None = Field(default=None, ge=0, le=_BIG)
 
 
 class Citation(_Strict):
@@ -68,22 +80,22 @@ class Trace(_Strict):
 
     trace_id: str = Field(min_length=1)
     query_id: str = Field(min_length=1)
-    trial: int = Field(default=0, ge=0)
+    trial: int = Field(default=0, ge=0, le=_BIG)
     question: str | None = None
     branches: dict[str, list[Unit]] = Field(default_factory=dict)
     fused: list[Unit] = Field(default_factory=list)
     reranked: list[Unit] | None = None
     packed: list[Unit] = Field(default_factory=list)
-    packed_tokens: int = Field(default=0, ge=0)
+    packed_tokens: int = Field(default=0, ge=0, le=_BIG)
     cut: list[Unit] = Field(default_factory=list)
     answer: str | None = None
     citations: list[Citation] = Field(default_factory=list)
     outcome: Outcome | None = None
     error: str | None = None
-    durations_ms: dict[str, float] = Field(default_factory=dict)
-    tokens_in: int | None = Field(default=None, ge=0)
-    tokens_out: int | None = Field(default=None, ge=0)
-    cost: float | None = Field(default=None, ge=0)
+    durations_ms: dict[str, Duration] = Field(default_factory=dict)
+    tokens_in: int | None = Field(default=None, ge=0, le=_BIG)
+    tokens_out: int | None = Field(default=None, ge=0, le=_BIG)
+    cost: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     meta: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("citations", mode="before")
@@ -100,13 +112,6 @@ class Trace(_Strict):
             raise ValueError("outcome 'error' needs an 'error' message")
         if self.outcome == "answered" and self.answer is None:
             raise ValueError("outcome 'answered' needs an 'answer'")
-        for where, units in self._all_units():
-            for u in units:
-                if u.end < u.start:
-                    raise ValueError(f"{where}: unit {u.unit_id}: end {u.end} < start {u.start}")
-                if u.text is not None and len(u.text) != u.end - u.start:
-                    raise ValueError(f"{where}: unit {u.unit_id}: text has {len(u.text)} characters but "
-                                     f"the span [{u.start}, {u.end}) has {u.end - u.start}")
         counts = [u.tokens for u in self.packed]
         if self.packed and all(c is not None for c in counts) and sum(counts) != self.packed_tokens:
             raise ValueError(
@@ -114,13 +119,12 @@ class Trace(_Strict):
             )
         return self
 
-    def _all_units(self):
-        for name, units in self.branches.items():
-            yield f"branches.{name}", units
-        yield "fused", self.fused
-        yield "reranked", self.reranked or []
-        yield "packed", self.packed
-        yield "cut", self.cut
+    def unit_lists(self) -> list[tuple[str, list[Unit]]]:
+        """Every list of units with its field name (``branches.<name>``, fused, reranked, packed, cut)."""
+        out = [(f"branches.{name}", units) for name, units in self.branches.items()]
+        out += [("fused", self.fused), ("reranked", self.reranked or []), ("packed", self.packed),
+                ("cut", self.cut)]
+        return out
 
     @property
     def key(self) -> tuple[str, int]:
@@ -200,3 +204,160 @@ def config_sha(config: dict[str, Any]) -> str:
 def make_trace_id(config_sha_hex: str, query_id: str, trial: int) -> str:
     """Stable id for one (run config, query, trial): the first 16 hex digits of a sha256."""
     return hashlib.sha256(f"{config_sha_hex}\x00{query_id}\x00{trial}".encode()).hexdigest()[:16]
+
+
+RAW_OFFSETS_HINT = "offsets look like raw-file offsets; traces must use canonical offsets, see docs/traces.md"
+
+
+@dataclass(frozen=True)
+class UnitFailure:
+    """One unit that cannot be scored: which trace (and its file line, when read from a file), which list
+    and position (0-based, as in the JSON array), and why."""
+
+    query_id: str
+    trial: int
+    field: str
+    position: int
+    message: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        return f"query {self.query_id} trial {self.trial} {self.field}[{self.position}]: {self.message}"
+
+    def located(self, source: str | os.PathLike | None = None) -> str:
+        """``source:line: query … field[i]: message`` (the parts that are known)."""
+        where = [str(source)] if source is not None else []
+        if self.line is not None:
+            where.append(str(self.line) if where else f"line {self.line}")
+        return ":".join(where) + ": " + str(self) if where else str(self)
+
+
+@dataclass
+class UnitCheck:
+    """The outcome of :func:`validate_units`: every failure, and which units scoring must not credit."""
+
+    failures: list[UnitFailure] = field(default_factory=list)
+    _bad: dict[tuple[str, int, str], set[int]] = field(default_factory=dict, repr=False)
+
+    @property
+    def count(self) -> int:
+        return len(self.failures)
+
+    def bad_positions(self, key: tuple[str, int], field_name: str) -> set[int]:
+        """0-based positions of the failing units in list ``field_name`` of the trace with ``key``."""
+        return self._bad.get((key[0], key[1], field_name), set())
+
+    def messages(self, source: str | os.PathLike | None = None, limit: int | None = None) -> list[str]:
+        return [f.located(source) for f in self.failures[:limit]]
+
+
+def _doc_hint(doc_id: str, known: Mapping[str, Any]) -> str:
+    stem = os.path.splitext(doc_id)[0]
+    if stem != doc_id and stem in known:
+        return f" (did you mean {stem!r}?)"
+    folded = {d.casefold(): d for d in known} if len(known) < 100_000 else {}
+    guess = folded.get(doc_id.casefold()) or folded.get(stem.casefold())
+    return f" (did you mean {guess!r}?)" if guess else ""
+
+
+def _texts(corpus: Any) -> tuple[Mapping[str, Any], bool]:
+    """(doc_id -> document or text, whether values are documents with ``.text`` and ``.raw``)."""
+    docs = getattr(corpus, "docs", corpus)
+    if not isinstance(docs, Mapping):
+        raise TypeError("corpus must be a Corpus or a mapping of doc_id to canonical text")
+    first = next(iter(docs.values()), "")
+    return docs, not isinstance(first, str)
+
+
+def validate_units(traces: Sequence[Trace], corpus: Any,
+                   lines: Mapping[tuple[str, int], int] | None = None) -> UnitCheck:
+    """Check every unit of every trace against the corpus, in array passes over the whole run.
+
+    ``corpus`` is a :class:`~ragassay.corpus.Corpus` (or a mapping doc_id -> canonical text, which loses
+    only the raw-offset diagnosis); ``lines`` maps a trace's (query_id, trial) to its line in the file it
+    came from, so each failure can name it. A unit fails, for the first of these reasons that applies:
+    its doc_id is not in the corpus (with a "did you mean" hint when it matches a doc_id once a file
+    extension or letter case is dropped); ``start < 0``; ``end < start``; ``end`` past the end of the
+    canonical document; ``text`` given and not equal to ``canonical_text[start:end]`` (diagnosed as raw-file
+    offsets when it equals the raw text there); a NaN or infinite ``score``; the same unit (same unit_id,
+    or same doc, start and end) earlier in the same list. Every unit is counted once.
+    """
+    docs, rich = _texts(corpus)
+    lists = [(t, name, units) for t in traces for name, units in t.unit_lists() if units]
+    units = [u for _, _, us in lists for u in us]
+    n = len(units)
+    check = UnitCheck()
+    if not n:
+        return check
+    lengths = np.fromiter((len(us) for _, _, us in lists), dtype=np.int64, count=len(lists))
+    owner = np.repeat(np.arange(len(lists)), lengths)
+    pos = np.arange(n) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    doc_names, doc_code = np.unique(np.array([u.doc_id for u in units], dtype=object), return_inverse=True)
+    found = [docs.get(d) for d in doc_names]
+    doc_len = np.array([-1 if d is None else len(d.text if rich else d) for d in found], dtype=np.int64)
+    start = np.fromiter((u.start for u in units), dtype=np.int64, count=n)
+    end = np.fromiter((u.end for u in units), dtype=np.int64, count=n)
+    score = np.fromiter((math.nan if u.score is None else u.score for u in units), dtype=np.float64, count=n)
+    has_score = np.fromiter((u.score is not None for u in units), dtype=bool, count=n)
+    length = doc_len[doc_code]
+
+    reason = np.zeros(n, dtype=np.int8)  # 0 = fine; otherwise the first failing check, numbered below
+
+    def flag(code: int, mask: np.ndarray) -> None:
+        reason[(reason == 0) & mask] = code
+
+    flag(1, length < 0)
+    flag(2, start < 0)
+    flag(3, end < start)
+    flag(4, end > length)
+    with_text = np.flatnonzero((reason == 0) & np.fromiter((u.text is not None for u in units), dtype=bool,
+                                                          count=n))
+    text_bad = np.zeros(n, dtype=bool)
+    for i in with_text:
+        d, u = found[doc_code[i]], units[i]
+        text_bad[i] = (d.text if rich else d)[u.start:u.end] != u.text
+    flag(5, text_bad)
+    flag(6, has_score & ~np.isfinite(score))
+    # repeats within one list: the same unit_id, or the same (doc, start, end), after its first occurrence
+    _, uid_code = np.unique(np.array([u.unit_id for u in units], dtype=object), return_inverse=True)
+    first_of = np.full(n, -1, dtype=np.int64)
+    for keys in ((owner, uid_code), (owner, doc_code, start, end)):
+        order = np.lexsort((pos, *reversed(keys)))
+        new = np.ones(n, dtype=bool)
+        new[1:] = np.any([k[order][1:] != k[order][:-1] for k in keys], axis=0)
+        head = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+        repeat = order[~new]
+        first_of[repeat] = np.where(first_of[repeat] >= 0, first_of[repeat], pos[order[head[~new]]])
+    flag(7, first_of >= 0)
+
+    for i in np.flatnonzero(reason):
+        t, name, _ = lists[owner[i]]
+        u, code = units[i], int(reason[i])
+        d = found[doc_code[i]]
+        if code == 1:
+            msg = f"doc {u.doc_id!r} is not in the corpus{_doc_hint(u.doc_id, docs)}"
+        elif code == 2:
+            msg = f"start {u.start} is negative; offsets count canonical characters from 0"
+        elif code == 3:
+            msg = f"end {u.end} < start {u.start}"
+        elif code == 4:
+            msg = f"span [{u.start}, {u.end}) runs past the end of doc {u.doc_id!r} ({int(length[i])} characters)"
+            if rich and u.end <= len(d.raw):
+                msg += f"; {RAW_OFFSETS_HINT}"
+        elif code == 5:
+            canon = d.text if rich else d
+            msg = f"text does not match the canonical text of doc {u.doc_id!r} at [{u.start}, {u.end})"
+            if len(u.text) != u.end - u.start:
+                msg += f" (text has {len(u.text)} characters, the span {u.end - u.start})"
+            if rich and d.raw[u.start:u.end] == u.text and d.raw != canon:
+                msg += f"; {RAW_OFFSETS_HINT}"
+        elif code == 6:
+            msg = f"score {u.score} is not a finite number"
+        else:
+            msg = (f"unit {u.unit_id!r} repeats {name}[{int(first_of[i])}] (same unit_id or same span); a list "
+                   "may name each unit once")
+        key = t.key
+        check.failures.append(UnitFailure(key[0], key[1], name, int(pos[i]), msg,
+                                          lines.get(key) if lines is not None else None))
+        check._bad.setdefault((key[0], key[1], name), set()).add(int(pos[i]))
+    return check
