@@ -28,7 +28,7 @@ import numpy as np
 from ragassay.errors import InputError
 from ragassay.metrics.matrix import GradeMatrix
 from ragassay.metrics.names import Metric
-from ragassay.metrics.semantics import Semantics
+from ragassay.metrics.semantics import Semantics, tie_rule
 
 
 @dataclass(frozen=True, eq=False)
@@ -254,7 +254,7 @@ def evaluate(
 ) -> dict[Metric, MetricResult]:
     """Compute each metric for every query of ``matrix``; keys are the parsed :class:`Metric` objects."""
     sem = semantics or Semantics()
-    if matrix.ties != sem.ties and matrix.ties != "given":
+    if matrix.ties != "given" and tie_rule(matrix.ties) != sem.ties:
         raise InputError(f"matrix was ordered with ties={matrix.ties!r} but semantics say ties={sem.ties!r}")
     parsed = [Metric.parse(m) for m in metrics]
     if not parsed:

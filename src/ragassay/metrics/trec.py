@@ -14,7 +14,9 @@ sharing no query with the qrels is an error.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,7 +31,7 @@ from ragassay.errors import InputError, SchemaError
 from ragassay.metrics.matrix import GradeMatrix, pad_ragged
 from ragassay.metrics.names import Metric
 from ragassay.metrics.retrieval import MetricResult, evaluate
-from ragassay.metrics.semantics import Semantics
+from ragassay.metrics.semantics import Semantics, tie_rule
 from ragassay.metrics.strkeys import StringKeys, equal_pairs, string_keys
 
 _U64 = np.uint64
@@ -270,6 +272,43 @@ class Qrels:
         return pos[order], joined["label"].to_numpy()[order]
 
 
+# ---------------------------------------------------------------- one validation for every run reader
+# `ragassay trec` (read_run, Run.from_arrays and the join), the TREC run adapter and the JSONL trace adapter
+# all report a bad result with these messages, so the same bad input reads the same through every entry point.
+
+EMPTY_RUN = "run is empty; expected 'qid Q0 docid rank score tag' lines"
+
+
+def nonfinite_score_message(score: float) -> str:
+    return f"score {float(score)!r} is not a finite number; every result needs a finite numeric score"
+
+
+def duplicate_message(doc: str, qid: str, first_at: str, what: str = "doc") -> str:
+    return (
+        f"{what} {doc!r} appears twice in the ranking of query {qid!r} (also at {first_at}); "
+        f"each {what} may appear once per query"
+    )
+
+
+def ranking_problems(qid, docid, score, where, what: str = "doc") -> list[tuple[int, str]]:
+    """Row-level problems of a ranking given as Python columns, in row order: (row, message).
+
+    A non-finite score, and a (query, doc) pair seen before (``where(row)`` names the earlier row in the
+    message). ``None`` scores are allowed (rank-only lists). These are the checks :meth:`Run.from_arrays` and
+    the join apply, row by row, for readers that skip and count bad records instead of stopping.
+    """
+    problems: list[tuple[int, str]] = []
+    seen: dict[tuple[str, str], int] = {}
+    for i, (q, d, sc) in enumerate(zip(qid, docid, score, strict=True)):
+        if sc is not None and not math.isfinite(sc):
+            problems.append((i, nonfinite_score_message(sc)))
+            continue
+        first = seen.setdefault((q, d), i)
+        if first != i:
+            problems.append((i, duplicate_message(d, q, where(first), what)))
+    return problems
+
+
 @dataclass(frozen=True, eq=False)
 class Run:
     """A ranked run as columns (query id, doc id, score); ``line_of(row)`` names the source line for errors."""
@@ -287,12 +326,13 @@ class Run:
         s = np.asarray(score, dtype=np.float64)
         if not (len(q) == len(d) == len(s)):
             raise InputError(f"{source}: run columns differ in length ({len(q)}, {len(d)}, {len(s)})")
-        if np.isnan(s).any():
-            row = int(np.flatnonzero(np.isnan(s))[0])
+        if len(q) == 0:
+            raise InputError(f"{source}: {EMPTY_RUN}")
+        bad = np.flatnonzero(~np.isfinite(s))
+        if bad.size:
+            row = int(bad[0])
             where = line_of(row) if line_of else f"{source}: row {row + 1}"
-            raise SchemaError(
-                f"{where}: score is missing or not a number; every result needs a numeric score"
-            )
+            raise SchemaError(f"{where}: {nonfinite_score_message(s[row])}")
         return cls(q, d, s, source, line_of)
 
     def where(self, row: int) -> str:
@@ -318,8 +358,8 @@ def _ties(scores: np.ndarray, starts: np.ndarray) -> np.ndarray:
 def _rank_order(
     run: Run, scores: np.ndarray, starts: np.ndarray, codes: np.ndarray | None, ties: str
 ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
-    """How to read the run in ranked order: grouped by query, score descending, ties as given or (trec_eval)
-    by doc id descending.
+    """How to read the run in ranked order: grouped by query, score descending, ties as given or (trec_eval9,
+    trec_eval10) by doc id descending.
 
     Returns ``(order, starts, block_code, moved)``: ``order`` maps ranked positions to rows, or is None when
     the rows already come block by block with non-increasing scores; ``starts`` and ``block_code`` give each
@@ -336,7 +376,7 @@ def _rank_order(
         co = codes[order]
         starts = np.r_[0, np.flatnonzero(co[1:] != co[:-1]) + 1]
         block_code, ranked = co[starts], scores[order]
-    if ties != "trec_eval" or n < 2:
+    if ties == "given" or n < 2:
         return order, starts, block_code, None
     tie = _ties(ranked, starts)
     first = np.flatnonzero(tie)
@@ -405,10 +445,8 @@ def _check_duplicates(run: Run, order: np.ndarray | None, hashes: np.ndarray, st
     dup = _first_duplicate(np.repeat(cand, sizes[cand]), run.docid, src)
     if dup is not None:
         a, b = dup
-        raise SchemaError(
-            f"{run.where(b)}: doc {run.docid[b].as_py()!r} appears twice in the ranking of query "
-            f"{run.qid[b].as_py()!r} (also at {run.where(a)}); each doc may appear once per query"
-        )
+        doc, qid = run.docid[b].as_py(), run.qid[b].as_py()
+        raise SchemaError(f"{run.where(b)}: {duplicate_message(doc, qid, run.where(a))}")
 
 
 _WORKER_SHARE = 0.4  # of the label lookups, given to the worker thread that also checks duplicates
@@ -468,8 +506,10 @@ def _join(
     labels are looked up.
     """
     n = len(run.qid)
+    ties = tie_rule(ties)
     kernels = _compiled(n, jit)
-    scores = run.score.astype(np.float32) if ties == "trec_eval" else run.score
+    # trec_eval 9.x (and pytrec_eval) keep scores as float; trec_eval 10.0 as double
+    scores = run.score.astype(np.float32) if ties == "trec_eval9" else run.score
     pending_docs = None if kernels else _in_background(string_keys, run.docid)
     starts, run_qids, codes = _groups(run.qid, parallel=pending_docs is None)  # else the worker is hashing
     if run_qids.equals(qrels.query_ids):  # the same queries in the same order: no hash lookup needed
@@ -593,7 +633,8 @@ def build_grade_matrix(
 ) -> GradeMatrix:
     """Join a run with its labels into a :class:`GradeMatrix` (rows = qrels queries, in qrels order).
 
-    ``jit`` chooses the compiled join (True), the numpy one (False) or by run size (None, see
+    ``ties`` is a :class:`~ragassay.metrics.semantics.Semantics` tie rule (``given``, ``trec_eval9``,
+    ``trec_eval10``; ``trec_eval`` = ``trec_eval9``). ``jit`` chooses the compiled join (True), the numpy one (False) or by run size (None, see
     ``RAGASSAY_JIT``). Raises InputError when the run shares no query with the qrels and SchemaError on a
     doc ranked twice for one query.
     """
@@ -634,30 +675,67 @@ class _Lines:
         return f"{self.path}:{self._map[row]}"
 
 
-def _first_bad_line(path: str, data: bytes, ncols: int, numeric: dict[int, type], what: str) -> SchemaError:
-    for i, raw in enumerate(data.decode("utf-8", errors="replace").split("\n"), start=1):
-        fields = raw.split()
-        if not fields:
-            continue
-        if len(fields) != ncols:
-            return SchemaError(
-                f"{path}:{i}: expected {ncols} fields ({what}), found {len(fields)}: {raw.strip()[:80]!r}"
+_NUMBER = re.compile(rb"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity|nan)", re.IGNORECASE)
+_INTEGER = re.compile(rb"-?\d+")
+_COMMENT = re.compile(rb"(?m)^#[^\n]*")
+
+
+def line_problem(raw: bytes, ncols: int, numeric: dict[int, type], what: str, extra_ok: bool):
+    """Check one line of a TREC file: ``(fields, None)`` when usable, ``(None, message)`` when not, and
+    ``(None, None)`` for a blank or ``#`` comment line.
+
+    ``numeric`` maps a 0-based field to ``int`` or ``float``; ``extra_ok`` ignores fields after the last
+    expected one (run files, as trec_eval ignores them). Every TREC reader (``read_qrels``/``read_run`` on a
+    bad line, the TREC run adapter on every line) goes through here, so they accept and reject the same lines.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, (
+            f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+            "re-save the file as UTF-8"
+        )
+    if "\x00" in text:
+        return None, "contains NUL bytes; this looks like a binary file, not a TREC text file"
+    fields = text.split()
+    if not fields or fields[0].startswith("#"):
+        return None, None
+    if len(fields) < ncols or (len(fields) > ncols and not extra_ok):
+        return None, f"expected {ncols} fields ({what}), found {len(fields)}: {text.strip()[:80]!r}"
+    for col, typ in numeric.items():
+        pattern = _INTEGER if typ is int else _NUMBER
+        if not pattern.fullmatch(fields[col].encode()):
+            return None, (
+                f"field {col + 1} must be {'an integer' if typ is int else 'a number'} ({what}), "
+                f"found {fields[col]!r}"
             )
-        for col, typ in numeric.items():
-            try:
-                v = typ(fields[col])
-            except ValueError:
-                return SchemaError(
-                    f"{path}:{i}: field {col + 1} must be {'an integer' if typ is int else 'a number'} "
-                    f"({what}), found {fields[col]!r}"
-                )
-            if typ is float and v != v:
-                return SchemaError(f"{path}:{i}: field {col + 1} is NaN; scores must be numbers ({what})")
+    return fields[:ncols], None
+
+
+def _first_bad_line(path: str, data: bytes, ncols: int, numeric: dict[int, type], what: str, extra_ok: bool):
+    for i, raw in enumerate(data.split(b"\n"), start=1):
+        _, problem = line_problem(raw, ncols, numeric, what, extra_ok)
+        if problem:
+            return SchemaError(f"{path}:{i}: {problem}")
     return SchemaError(f"{path}: could not parse as {what}; check the field separators and encoding")
 
 
-def _read_table(path: str | os.PathLike, names: list[str], types: dict, what: str, numeric: dict[int, type]):
-    """Parse with pyarrow; single-space files go straight through, others are normalized and parsed again."""
+def _clean(data: bytes, ncols: int, extra_ok: bool) -> bytes:
+    """Single-space separators, ``#`` comment lines blanked (line numbers kept), and for run files the
+    fields after the last expected one dropped."""
+    data = _normalize_whitespace(data)
+    if b"#" in data:
+        data = _COMMENT.sub(b"", data)
+    if extra_ok:
+        data = re.sub(rb"(?m)^((?:[^ \n]+ ){%d}[^ \n]+) [^\n]*" % (ncols - 1), rb"\1", data)
+    return data
+
+
+def _read_table(
+    path: str | os.PathLike, names: list[str], types: dict, what: str, numeric: dict[int, type], extra_ok: bool
+):
+    """Parse with pyarrow; single-space files go straight through, others (tabs, repeated spaces, comment
+    lines, extra run fields) are cleaned and parsed again, and a bad line is located by :func:`line_problem`."""
     p = str(path)
     if not Path(p).is_file():
         raise InputError(f"{p}: no such {what} file; check the path")
@@ -669,28 +747,41 @@ def _read_table(path: str | os.PathLike, names: list[str], types: dict, what: st
         ),
     )
     try:
-        return pacsv.read_csv(p, **opts), _Lines(p, None)
+        table = pacsv.read_csv(p, **opts)
+        # a comment line that happens to have the right fields parses; it must still be skipped
+        if not pc.any(pc.starts_with(table[names[0]], "#")).as_py():
+            return table, _Lines(p, None)
     except pa.ArrowInvalid:
-        # tabs, repeated spaces or a bad line: normalize the separators, then retry or locate the problem
-        data = _normalize_whitespace(Path(p).read_bytes())
+        pass
+    raw = Path(p).read_bytes()
+    if not raw.strip():
+        raise InputError(f"{p}: file is empty; expected '{what}' lines")
+    data = _clean(raw, len(names), extra_ok)
     if not data.strip():
-        raise InputError(f"{p}: file is empty; expected {what} lines")
+        raise InputError(f"{p}: file holds only '#' comment lines; expected '{what}' lines")
     try:
         table = pacsv.read_csv(pa.BufferReader(data), **opts)
     except pa.ArrowInvalid as exc:
-        raise _first_bad_line(p, data, len(names), numeric, what) from exc
+        raise _first_bad_line(p, data, len(names), numeric, what, extra_ok) from exc
     return table, _Lines(p, data)
 
 
+QRELS_FIELDS = "qid iter docid rel"
+RUN_FIELDS = "qid Q0 docid rank score tag"
+
+
 def read_qrels(path: str | os.PathLike) -> Qrels:
-    """Read a TREC qrels file (``qid iter docid rel``); bad lines raise SchemaError naming file:line."""
-    what = "qid iter docid rel"
+    """Read a TREC qrels file (``qid iter docid rel``); bad lines raise SchemaError naming file:line.
+
+    Lines starting with ``#`` are comments. A line must have exactly four fields.
+    """
     table, lines = _read_table(
         path,
         ["qid", "iter", "docid", "rel"],
         {"qid": pa.string(), "docid": pa.string(), "rel": pa.int64()},
-        what,
+        QRELS_FIELDS,
         {3: int},
+        extra_ok=False,
     )
     return Qrels.from_arrays(
         table["qid"], table["docid"], table["rel"].to_numpy(), source=str(path), line_of=lines
@@ -698,18 +789,53 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
 
 
 def read_run(path: str | os.PathLike) -> Run:
-    """Read a TREC run file (``qid Q0 docid rank score tag``); bad lines raise SchemaError naming file:line."""
-    what = "qid Q0 docid rank score tag"
+    """Read a TREC run file (``qid Q0 docid rank score tag``); bad lines raise SchemaError naming file:line.
+
+    Lines starting with ``#`` are comments; fields after the run tag are ignored, as trec_eval does.
+    """
     table, lines = _read_table(
         path,
         ["qid", "q0", "docid", "rank", "score", "tag"],
         {"qid": pa.string(), "docid": pa.string(), "score": pa.float64()},
-        what,
+        RUN_FIELDS,
         {4: float},
+        extra_ok=True,
     )
     return Run.from_arrays(
         table["qid"], table["docid"], table["score"].to_numpy(), source=str(path), line_of=lines
     )
+
+
+def read_run_lines(path: str | os.PathLike) -> tuple[list[tuple[int, list[str]]], list[tuple[int, str]]]:
+    """A run file line by line for readers that skip and count bad lines: ``(rows, problems)``.
+
+    ``rows`` are (1-based line, the six fields); ``problems`` are (line, message) from :func:`line_problem`
+    and :func:`ranking_problems`, the same messages ``read_run`` raises. A missing or empty file raises
+    InputError as ``read_run`` does.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such {RUN_FIELDS} file; check the path")
+    raw = p.read_bytes()
+    if not raw.strip():
+        raise InputError(f"{p}: file is empty; expected '{RUN_FIELDS}' lines")
+    rows: list[tuple[int, list[str]]] = []
+    problems: list[tuple[int, str]] = []
+    for n, line in enumerate(raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"), start=1):
+        fields, problem = line_problem(line, 6, {4: float}, RUN_FIELDS, extra_ok=True)
+        if problem:
+            problems.append((n, problem))
+        elif fields:
+            rows.append((n, fields))
+    if not rows and not problems:
+        raise InputError(f"{p}: file holds only '#' comment lines; expected '{RUN_FIELDS}' lines")
+    bad = ranking_problems(
+        [f[0] for _, f in rows], [f[2] for _, f in rows], [float(f[4]) for _, f in rows],
+        lambda i: f"{p}:{rows[i][0]}",
+    )
+    problems.extend((rows[i][0], msg) for i, msg in bad)
+    skip = {i for i, _ in bad}
+    return [r for i, r in enumerate(rows) if i not in skip], sorted(problems)
 
 
 def write_qrels(path: str | os.PathLike, qid, docid, grade) -> None:
