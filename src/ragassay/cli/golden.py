@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from ragassay.cli.common import console, print_json
+from ragassay.cli.common import console, err_console, print_json
 from ragassay.corpus import load_corpus
 from ragassay.golden import STRATA, build_golden, load_golden
 
@@ -27,12 +28,22 @@ def build(
     """Resolve every quote to a canonical span; fail listing every problem, writing nothing."""
     corp = load_corpus(corpus)
     gs = build_golden(src, corp, out, built_at=built_at)
+    report_skipped(corp.skipped, corpus)
     if json_out:
         print_json(gs.manifest)
         return
     m = gs.manifest
-    console.print(f"built [bold]{m['dataset_version']}[/]: {m['n_queries']} queries, "
-                  f"{m['n_evidence']} evidence spans over {m['n_docs']} docs -> {out}")
+    console.print(f"built [bold]{escape(m['dataset_version'])}[/]: {m['n_queries']} queries, "
+                  f"{m['n_evidence']} evidence spans over {m['n_docs']} docs -> {escape(str(out))}")
+
+
+def report_skipped(skipped: list[str], corpus: Path) -> None:
+    """Files in the corpus folder that were not loaded are counted on stderr, never dropped unmentioned."""
+    if not skipped:
+        return
+    shown = "; ".join(skipped[:3]) + ("; ..." if len(skipped) > 3 else "")
+    err_console.print(f"warning: {len(skipped)} file(s) in {corpus} not loaded: {shown}", markup=False,
+                      soft_wrap=True)
 
 
 def summarize(manifest: dict) -> dict:
@@ -50,24 +61,25 @@ def summarize(manifest: dict) -> dict:
 
 def print_manifest_summary(manifest: dict) -> None:
     info = summarize(manifest)
-    console.print(f"[bold]{manifest['dataset_version']}[/]  corpus {manifest['corpus_digest'][:19]}…  "
+    console.print(f"[bold]{escape(manifest['dataset_version'])}[/]  "
+                  f"corpus {escape(manifest['corpus_digest'][:19])}…  "
                   f"{manifest['n_queries']} queries  label type {manifest['label_type']}  "
-                  f"hit rule {manifest['hit_rule']}  built {manifest['built_at']}")
+                  f"hit rule {escape(manifest['hit_rule'])}  built {escape(manifest['built_at'])}")
     t = Table(title="strata", show_edge=False)
     t.add_column("stratum")
     t.add_column("queries", justify="right")
     t.add_column("share", justify="right")
     n = manifest["n_queries"] or 1
     for s, c in manifest["strata"].items():
-        t.add_row(s, str(c), f"{c / n:.0%}")
+        t.add_row(escape(s), str(c), f"{c / n:.0%}")
     console.print(t)
     console.print(f"negative share {info['negative_share']:.1%}; evidence spans {manifest['n_evidence']} "
                   f"({', '.join(f'{k} {v}' for k, v in manifest['match_kinds'].items())}); "
                   f"queries with nuggets {manifest['n_with_nuggets']}; annotators "
-                  f"{', '.join(manifest['annotators']) or 'unrecorded'}; "
+                  f"{escape(', '.join(manifest['annotators'])) or 'unrecorded'}; "
                   f"kappa {manifest['kappa_binary'] if manifest['kappa_binary'] is not None else 'unknown'}")
     for w in info["warnings"]:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {escape(w)}")
 
 
 @golden_app.command("check")

@@ -57,13 +57,15 @@ class Corpus:
     ``doc_id UTF-8 || 0x00 || decimal byte length || 0x00 || canonical UTF-8 bytes``.
     """
 
-    def __init__(self, docs: list[Document], source: str | None = None):
+    def __init__(self, docs: list[Document], source: str | None = None, skipped: list[str] | None = None):
         ids = [d.doc_id for d in docs]
         if len(set(ids)) != len(ids):
             dupes = sorted({i for i in ids if ids.count(i) > 1})
             raise CorpusError(f"duplicate doc_id(s) {dupes}: every document needs a unique id")
         self.docs: dict[str, Document] = {d.doc_id: d for d in sorted(docs, key=lambda d: d.doc_id)}
         self.source = source
+        # files under a corpus folder that were not loaded, with the reason ("notes.pdf: unsupported suffix")
+        self.skipped = list(skipped or [])
         self.canonicalizer = CANONICALIZER_NAME
         h = hashlib.sha256()
         for d in self.docs.values():
@@ -92,28 +94,69 @@ class Corpus:
         return sum(len(d.text) for d in self.docs.values())
 
 
-def _read_text(path: Path) -> str:
+_UTF16_BOMS = {b"\xff\xfe": "utf-16-le", b"\xfe\xff": "utf-16-be"}
+
+
+def decode_text(data: bytes, where: str) -> str:
+    """Corpus bytes -> text: UTF-8 (a BOM is kept and later removed by canonicalization), or UTF-16 with a
+    byte-order mark, which says unambiguously how to read it. Anything else is refused, naming the byte:
+    NUL bytes mean a binary file or UTF-16 without a BOM, which UTF-8 decoding would accept as garbage."""
+    if data[:4] not in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
+        for bom, codec in _UTF16_BOMS.items():
+            if data.startswith(bom):
+                try:
+                    return data[2:].decode(codec)
+                except UnicodeDecodeError as e:
+                    raise CorpusError(f"{where}: not valid {codec.upper()} text (bytes at offset "
+                                      f"{e.start + 2}); re-encode the file as UTF-8") from e
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise CorpusError(f"{where}: contains NUL bytes (first at offset {nul}); a binary file, or UTF-16/32 "
+                          "text without a byte-order mark? convert it to UTF-8 text or remove it")
     try:
-        return path.read_text(encoding="utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise CorpusError(f"{path}: not valid UTF-8 at byte {e.start}; re-encode the file as UTF-8") from e
+        raise CorpusError(f"{where}: not UTF-8 text (byte 0x{data[e.start]:02X} at offset {e.start}); "
+                          "re-encode the file as UTF-8") from e
 
 
-def _load_dir(root: Path) -> list[Document]:
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise CorpusError(f"{path}: cannot read the file ({e.strerror or e}); fix its permissions or remove it "
+                          "from the corpus") from e
+
+
+def _load_dir(root: Path) -> tuple[list[Document], list[str]]:
     docs = []
+    skipped = []
     seen: dict[str, Path] = {}
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        suffix = path.suffix.lower()
-        if suffix not in SUPPORTED_SUFFIXES:
-            continue
+    try:
+        paths = sorted(root.rglob("*"))
+    except OSError as e:
+        raise CorpusError(f"{root}: cannot list the corpus folder ({e.strerror or e})") from e
+    for path in paths:
         rel = path.relative_to(root).as_posix()
+        if path.is_dir():
+            continue
+        suffix = path.suffix.lower()
+        if not path.is_file():
+            if suffix in SUPPORTED_SUFFIXES:
+                raise CorpusError(f"{path}: not a regular file (a broken link or a device?); "
+                                  "fix or remove it")
+            skipped.append(f"{rel}: not a regular file")
+            continue
+        if suffix not in SUPPORTED_SUFFIXES:
+            skipped.append(f"{rel}: unsupported suffix (loaded: {', '.join(SUPPORTED_SUFFIXES)})")
+            continue
         doc_id = rel[: -len(path.suffix)]
         if doc_id in seen:
             raise CorpusError(
                 f"{path}: doc_id {doc_id!r} is also produced by {seen[doc_id]}; rename one of the files"
             )
         seen[doc_id] = path
-        raw = _read_text(path)
+        raw = decode_text(_read_bytes(path), str(path))
         if suffix in (".html", ".htm"):
             text, title = html_to_text(raw)
             docs.append(Document.from_raw(doc_id, text, fmt="html", path=str(path), title=title))
@@ -121,38 +164,64 @@ def _load_dir(root: Path) -> list[Document]:
             docs.append(Document.from_raw(doc_id, raw, fmt=suffix[1:], path=str(path)))
     if not docs:
         raise CorpusError(f"{root}: no {', '.join(SUPPORTED_SUFFIXES)} files found")
-    return docs
+    return docs, skipped
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"key {k!r} given twice")
+        out[k] = v
+    return out
 
 
 def _load_jsonl(path: Path) -> list[Document]:
     docs = []
     problems = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                problems.append(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})")
-                continue
-            if not isinstance(rec, dict):
-                problems.append(f"{path}:{lineno}: expected an object with doc_id and text")
-                continue
-            doc_id, text = rec.get("doc_id"), rec.get("text")
-            if not isinstance(doc_id, str) or not doc_id:
-                problems.append(f"{path}:{lineno}: missing or non-string 'doc_id'")
-                continue
-            if not isinstance(text, str):
-                problems.append(f"{path}:{lineno}: doc {doc_id!r} has missing or non-string 'text'")
-                continue
-            fmt = rec.get("format", "txt")
-            if fmt == "html":
-                text, title = html_to_text(text)
-                docs.append(Document.from_raw(doc_id, text, fmt="html", path=f"{path}:{lineno}", title=title))
-            else:
-                docs.append(Document.from_raw(doc_id, text, fmt="txt", path=f"{path}:{lineno}",
-                                              title=rec.get("title")))
+    first_line: dict[str, int] = {}
+    text = decode_text(_read_bytes(path), str(path))
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line, object_pairs_hook=_no_duplicate_keys)
+        except json.JSONDecodeError as e:
+            problems.append(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})")
+            continue
+        except ValueError as e:
+            problems.append(f"{path}:{lineno}: {e}; keep one")
+            continue
+        if not isinstance(rec, dict):
+            problems.append(f"{path}:{lineno}: expected an object with doc_id and text")
+            continue
+        doc_id, body, fmt, title = rec.get("doc_id"), rec.get("text"), rec.get("format", "txt"), rec.get("title")
+        if not isinstance(doc_id, str) or not doc_id.strip():
+            problems.append(f"{path}:{lineno}: missing or non-string 'doc_id'")
+            continue
+        if doc_id in first_line:
+            problems.append(f"{path}:{lineno}: doc_id {doc_id!r} already given at line {first_line[doc_id]}; "
+                            "every document needs a unique id")
+            continue
+        first_line[doc_id] = lineno
+        if not isinstance(body, str):
+            problems.append(f"{path}:{lineno}: doc {doc_id!r} has missing or non-string 'text'")
+            continue
+        if fmt not in ("txt", "md", "html"):
+            problems.append(f"{path}:{lineno}: doc {doc_id!r} has format {fmt!r}; use txt, md or html")
+            continue
+        if title is not None and not isinstance(title, str):
+            problems.append(f"{path}:{lineno}: doc {doc_id!r} has a non-string 'title'")
+            continue
+        if "\x00" in body:
+            problems.append(f"{path}:{lineno}: doc {doc_id!r} text contains NUL characters; "
+                            "it was decoded from binary or UTF-16 data; store UTF-8 text")
+            continue
+        if fmt == "html":
+            body, title = html_to_text(body)
+            docs.append(Document.from_raw(doc_id, body, fmt="html", path=f"{path}:{lineno}", title=title))
+        else:
+            docs.append(Document.from_raw(doc_id, body, fmt=fmt, path=f"{path}:{lineno}", title=title))
     if problems:
         raise CorpusError(f"{len(problems)} bad line(s) in {path}; nothing loaded\n" + "\n".join(problems))
     if not docs:
@@ -165,8 +234,13 @@ def load_corpus(path: str | Path) -> Corpus:
     p = Path(path)
     if not p.exists():
         raise CorpusError(f"{p}: no such file or directory; pass a corpus directory or a .jsonl file")
-    docs = _load_dir(p) if p.is_dir() else _load_jsonl(p)
-    return Corpus(docs, source=str(p))
+    if p.is_dir():
+        docs, skipped = _load_dir(p)
+        return Corpus(docs, source=str(p), skipped=skipped)
+    if p.suffix.lower() != ".jsonl":
+        raise CorpusError(f"{p}: a corpus is a folder of {', '.join(SUPPORTED_SUFFIXES)} files or a .jsonl file "
+                          "of {\"doc_id\", \"text\"} lines; put this file in a folder and pass the folder")
+    return Corpus(_load_jsonl(p), source=str(p))
 
 
 def bundled_corpus_dir() -> Path:

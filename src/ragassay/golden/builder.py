@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,22 +19,19 @@ import yaml
 from pydantic import ValidationError
 from rapidfuzz import process
 
+from ragassay import fsio
 from ragassay.corpus import CANONICALIZER_NAME, Corpus
 from ragassay.errors import GoldenBuildError, InputError
+from ragassay.golden.labels import HitRule
 from ragassay.golden.resolve import closest_match, resolve_quote
-from ragassay.golden.schema import MAX_GRADE, AuthoredQuery, Evidence, GoldenQuery
-from ragassay.golden.set import GOLDEN_FILE, MANIFEST_FILE, GoldenSet
+from ragassay.golden.schema import MAX_GRADE, AuthoredMeta, AuthoredQuery, Evidence, GoldenQuery
+from ragassay.golden.set import GOLDEN_FILE, MANIFEST_FILE, GoldenSet, content_version, derived_counts
+from ragassay.yamlio import load_yaml_node, read_utf8
 
 BUILDER_VERSION = "ragassay-golden-builder-v1"
-_META_KEYS = {
-    "dataset", "dataset_version", "description", "annotators", "kappa_binary", "kappa_graded", "hit_rule",
-    "relevance_threshold", "generator", "queries",
-}
-
-try:  # the C loader is ~10x faster on large files
-    _Loader = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - libyaml missing
-    _Loader = yaml.SafeLoader
+OUTPUT_KIND = "golden"
+_META_KEYS = set(AuthoredMeta.model_fields) | {"queries"}
+_SHAPE = "expected a list of queries or a mapping with a `queries:` list"
 
 
 class _Item:
@@ -56,26 +52,53 @@ def _node_lines(node: yaml.Node) -> tuple[int, list[int]]:
     return node.start_mark.line + 1, ev_lines
 
 
-def _read_yaml(path: Path) -> tuple[dict, list[_Item]]:
-    text = path.read_text(encoding="utf-8")
+def _key_lines(node: yaml.Node | None) -> dict[str, int]:
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {k.value: k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
+
+
+def _check_meta(path: Path, meta: dict, lines: dict[str, int], default_line: int) -> dict:
+    """Validate the top-level keys; every problem is a ``file:line`` line of one GoldenBuildError."""
+    unknown = sorted(str(k) for k in meta if k not in _META_KEYS)
+    if unknown:
+        line = min(lines.get(k, default_line) for k in unknown)
+        raise InputError(f"{path}:{line}: unknown top-level key(s) {unknown}; allowed: {sorted(_META_KEYS)}")
+    problems = []
     try:
-        data = yaml.load(text, Loader=_Loader)
-        root = yaml.compose(text, Loader=_Loader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise InputError(f"{where}: invalid YAML ({getattr(e, 'problem', e)})") from e
+        checked = AuthoredMeta.model_validate(meta)
+    except ValidationError as e:
+        for err in e.errors():
+            key = str(err["loc"][0]) if err["loc"] else ""
+            loc = ".".join(str(x) for x in err["loc"])
+            problems.append(f"{path}:{lines.get(key, default_line)}: {loc}: {err['msg']}")
+        raise GoldenBuildError(problems) from e
+    try:
+        HitRule.parse(checked.hit_rule)
+    except InputError as e:
+        raise GoldenBuildError([f"{path}:{lines.get('hit_rule', default_line)}: {e}"]) from e
+    return checked.model_dump()
+
+
+def _read_yaml(path: Path) -> tuple[dict, list[_Item]]:
+    data, root = load_yaml_node(path, "golden set")
+    if data is None:
+        raise InputError(f"{path}:1: the file holds no YAML document; {_SHAPE}")
     if isinstance(data, list):
         meta, queries, qnode = {}, data, root
-    elif isinstance(data, dict) and isinstance(data.get("queries"), list):
-        meta = {k: v for k, v in data.items() if k != "queries"}
+    elif isinstance(data, dict):
+        if "queries" not in data:
+            raise InputError(f"{path}:1: no `queries:` key; {_SHAPE}")
         queries = data["queries"]
-        qnode = next(v for k, v in root.value if k.value == "queries")
+        qnode = next(v for k, v in root.value if getattr(k, "value", None) == "queries")
+        if not isinstance(queries, list):
+            got = "nothing" if queries is None else f"a {type(queries).__name__}"
+            raise InputError(f"{path}:{qnode.start_mark.line + 1}: `queries:` must be a list of queries, "
+                             f"got {got}")
+        meta = {k: v for k, v in data.items() if k != "queries"}
     else:
-        raise InputError(f"{path}:1: expected a list of queries or a mapping with a `queries:` list")
-    unknown = sorted(set(meta) - _META_KEYS)
-    if unknown:
-        raise InputError(f"{path}:1: unknown top-level key(s) {unknown}; allowed: {sorted(_META_KEYS)}")
+        raise InputError(f"{path}:{root.start_mark.line + 1}: got a {type(data).__name__}; {_SHAPE}")
+    meta = _check_meta(path, meta, _key_lines(root), 1)
     items = []
     for q, node in zip(queries, qnode.value, strict=True):
         line, ev_lines = _node_lines(node)
@@ -83,21 +106,54 @@ def _read_yaml(path: Path) -> tuple[dict, list[_Item]]:
     return meta, items
 
 
+def _unique_pairs(path: Path, lineno: int):
+    """``object_pairs_hook`` refusing a key given twice (``json`` would keep the last one silently)."""
+    def hook(pairs: list[tuple[str, Any]]) -> dict:
+        out: dict = {}
+        for k, v in pairs:
+            if k in out:
+                raise InputError(f"{path}:{lineno}: key {k!r} given twice; keep one")
+            out[k] = v
+        return out
+    return hook
+
+
 def _read_jsonl(path: Path) -> tuple[dict, list[_Item]]:
-    items, meta = [], {}
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from e
-            if isinstance(rec, dict) and rec.get("type") == "meta":
+    items: list[_Item] = []
+    meta: dict = {}
+    meta_line = None
+    problems = []
+    for lineno, line in enumerate(read_utf8(path, "golden set").split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line, object_pairs_hook=_unique_pairs(path, lineno))
+        except json.JSONDecodeError as e:
+            problems.append(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})")
+            continue
+        except InputError as e:
+            problems.append(str(e))
+            continue
+        if isinstance(rec, dict) and "type" in rec:
+            if rec["type"] != "meta":
+                problems.append(f"{path}:{lineno}: unknown record type {rec['type']!r}; only "
+                                "{\"type\": \"meta\"} lines and query objects are allowed")
+            elif meta_line is not None:
+                problems.append(f"{path}:{lineno}: second meta line (first at line {meta_line}); keep one")
+            elif items:
+                problems.append(f"{path}:{lineno}: the meta line must come before the first query")
+            else:
+                meta_line = lineno
                 meta = {k: v for k, v in rec.items() if k != "type"}
-                continue
-            ev = rec.get("evidence") if isinstance(rec, dict) else None
-            items.append(_Item(rec, lineno, [lineno] * len(ev) if isinstance(ev, list) else []))
+            continue
+        ev = rec.get("evidence") if isinstance(rec, dict) else None
+        items.append(_Item(rec, lineno, [lineno] * len(ev) if isinstance(ev, list) else []))
+    if problems:
+        raise GoldenBuildError(problems)
+    if "queries" in meta:
+        raise InputError(f"{path}:{meta_line}: unknown top-level key(s) ['queries'] in the meta line; "
+                         "write one query per line")
+    meta = _check_meta(path, meta, {}, meta_line or 1)
     return meta, items
 
 
@@ -105,6 +161,8 @@ def read_authoring(path: str | Path) -> tuple[dict, list[_Item]]:
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such golden-set source; pass a .yaml/.yml or .jsonl authoring file")
+    if p.is_dir():
+        raise InputError(f"{p}: is a folder; pass a .yaml/.yml or .jsonl authoring file")
     if p.suffix.lower() in (".yaml", ".yml"):
         return _read_yaml(p)
     if p.suffix.lower() == ".jsonl":
@@ -112,12 +170,21 @@ def read_authoring(path: str | Path) -> tuple[dict, list[_Item]]:
     raise InputError(f"{p}: unsupported golden-set format {p.suffix!r}; use .yaml, .yml or .jsonl")
 
 
-def _fmt_validation(err: ValidationError) -> str:
-    parts = []
+def _validation_problems(path: Path, item: _Item, err: ValidationError) -> list[str]:
+    """One ``file:line: query_id: field: message`` per schema error; evidence errors point at their item."""
+    qid = item.data.get("query_id", "?") if isinstance(item.data, dict) else "?"
+    out = []
     for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"])
-        parts.append(f"{loc}: {e['msg']}" if loc else e["msg"])
-    return "; ".join(parts)
+        loc = e["loc"]
+        if not loc and e["type"] == "model_type":
+            msg = f"each query must be a mapping (query_id, question, stratum, ...), got {type(item.data).__name__}"
+        else:
+            msg = f"{'.'.join(str(x) for x in loc)}: {e['msg']}" if loc else e["msg"]
+        line = item.line
+        if len(loc) >= 2 and loc[0] == "evidence" and isinstance(loc[1], int) and loc[1] < len(item.evidence_lines):
+            line = item.evidence_lines[loc[1]]
+        out.append(f"{path}:{line}: {qid}: {msg}")
+    return out
 
 
 def _resolve_all(path: Path, items: list[_Item], corpus: Corpus) -> tuple[list[GoldenQuery], list[str]]:
@@ -134,8 +201,7 @@ def _resolve_all(path: Path, items: list[_Item], corpus: Corpus) -> tuple[list[G
     for item, q in zip(items, parsed, strict=True):
         where = f"{path}:{item.line}"
         if isinstance(q, ValidationError):
-            qid = item.data.get("query_id", "?") if isinstance(item.data, dict) else "?"
-            problems.append(f"{where}: {qid}: {_fmt_validation(q)}")
+            problems.extend(_validation_problems(path, item, q))
             continue
         if q.query_id in ids:
             problems.append(f"{where}: {q.query_id}: duplicate query_id (first defined at {path}:{ids[q.query_id]})")
@@ -154,8 +220,15 @@ def _resolve_all(path: Path, items: list[_Item], corpus: Corpus) -> tuple[list[G
         if len(set(nugget_ids)) != len(nugget_ids):
             problems.append(f"{where}: {q.query_id}: duplicate nugget ids {sorted(i for i, c in Counter(nugget_ids).items() if c > 1)}")
         evidence: list[Evidence] = []
+        seen_ev: dict[tuple, int] = {}
         for j, ev in enumerate(q.evidence):
             ev_where = f"{path}:{item.evidence_lines[j] if j < len(item.evidence_lines) else item.line}"
+            key = (ev.doc_id, ev.quote, ev.occurrence)
+            if key in seen_ev:
+                problems.append(f"{ev_where}: {q.query_id}: the same quote from doc {ev.doc_id} is given twice "
+                                f"(first as evidence item {seen_ev[key] + 1}); keep one with its grade")
+                continue
+            seen_ev[key] = j
             if not 0 <= ev.grade <= MAX_GRADE:
                 problems.append(f"{ev_where}: {q.query_id}: evidence grade {ev.grade} out of range 0–{MAX_GRADE}")
                 continue
@@ -200,35 +273,36 @@ def _resolve_grouped_by_doc(parsed, corpus: Corpus) -> dict:
 
 def _manifest(meta: dict, queries: list[GoldenQuery], corpus: Corpus, golden_bytes: bytes,
               src_name: str, built_at: str | None) -> dict:
-    positive = {e.grade for q in queries for e in q.evidence if e.grade > 0}
-    label_type = "graded_0_3" if len(positive) > 1 else "binary"
     sha = hashlib.sha256(golden_bytes).hexdigest()
     name = meta.get("dataset") or Path(src_name).stem
     created = sorted(q.created for q in queries if q.created)
     if built_at is None:
         built_at = (created[-1] + "T00:00:00Z") if created else "1970-01-01T00:00:00Z"
+    hit_rule = str(HitRule.parse(meta.get("hit_rule") or "any_overlap"))
+    threshold = int(meta.get("relevance_threshold", 2))
+    counts = derived_counts(queries)
     manifest = {
         "dataset": name,
-        "dataset_version": meta.get("dataset_version") or f"{name}@{sha[:12]}",
+        "dataset_version": content_version(meta.get("dataset_version") or name, sha, hit_rule, threshold),
         "golden_sha256": sha,
         "corpus_digest": corpus.digest,
         "n_docs": len(corpus),
         "canonicalizer": CANONICALIZER_NAME,
-        "n_queries": len(queries),
-        "n_answerable": sum(q.answerable for q in queries),
-        "n_negative": sum(not q.answerable for q in queries),
-        "strata": dict(sorted(Counter(q.stratum for q in queries).items())),
-        "label_type": label_type,
-        "relevance_threshold": int(meta.get("relevance_threshold", 2)),
-        "hit_rule": str(meta.get("hit_rule", "any_overlap")),
-        "annotators": list(meta.get("annotators", [])),
+        "n_queries": counts["n_queries"],
+        "n_answerable": counts["n_answerable"],
+        "n_negative": counts["n_negative"],
+        "strata": counts["strata"],
+        "label_type": counts["label_type"],
+        "relevance_threshold": threshold,
+        "hit_rule": hit_rule,
+        "annotators": list(meta.get("annotators") or []),
         "kappa_binary": meta.get("kappa_binary"),
         "kappa_graded": meta.get("kappa_graded"),
-        "source_mix": dict(sorted(Counter(q.source for q in queries).items())),
-        "n_evidence": sum(len(q.evidence) for q in queries),
-        "match_kinds": dict(sorted(Counter(e.match for q in queries for e in q.evidence).items())),
-        "n_with_nuggets": sum(bool(q.nuggets) for q in queries),
-        "generator": meta.get("generator", {"kind": "human"}),
+        "source_mix": counts["source_mix"],
+        "n_evidence": counts["n_evidence"],
+        "match_kinds": counts["match_kinds"],
+        "n_with_nuggets": counts["n_with_nuggets"],
+        "generator": meta.get("generator") or {"kind": "human"},
         "description": meta.get("description"),
         "source_file": src_name,
         "builder": BUILDER_VERSION,
@@ -241,26 +315,51 @@ def _dump_json(obj: Any) -> bytes:
     return (json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=False) + "\n").encode("utf-8")
 
 
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _write_atomic_dir(out: Path, files: dict[str, bytes]) -> None:
-    """Write all files into a sibling temp dir, then swap it into place."""
-    out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    """Write all files into a sibling temp dir, then swap it into place — only where the check allows.
+
+    ``out`` may be new, empty, or an earlier golden build holding nothing else (see
+    :func:`ragassay.fsio.check_output_dir`); anything else is refused before a byte is written. The last
+    file in ``files`` is the one readers look for (the manifest), so an empty folder that is filled in
+    place (it cannot be swapped if it is someone's working directory) is never seen half-built.
+    """
+    out = Path(os.path.abspath(out))
+    if out.is_symlink() and out.exists():
+        out = out.resolve()
+    fsio.check_output_dir(out, OUTPUT_KIND)
+    tmp = fsio.make_temp_dir(out.parent, f".{out.name}.tmp-")
     try:
         for name, data in files.items():
             with open(tmp / name, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        _fsync_dir(tmp)
+        if out.is_dir() and not any(out.iterdir()):
+            for name in files:
+                os.replace(tmp / name, out / name)
+            tmp.rmdir()
+        elif out.exists():
+            old = fsio.make_temp_dir(out.parent, f".{out.name}.old-")
             os.replace(out, old / out.name)
             os.replace(tmp, out)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, out)
-    except BaseException:
+        _fsync_dir(out.parent)
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise InputError(f"{out}: cannot write the golden set ({e.strerror or e}); "
+                             "choose an empty or new folder you can write to") from e
         raise
 
 
@@ -272,6 +371,9 @@ def build_golden(src: str | Path, corpus: Corpus, out: str | Path | None = None,
     ``built_at`` defaults to the newest ``created`` date so that rebuilding is byte-identical.
     """
     src = Path(src)
+    if out is not None:
+        # refuse a bad -o before the (possibly long) build, and again just before the swap
+        fsio.check_output_dir(Path(os.path.abspath(out)), OUTPUT_KIND)
     meta, items = read_authoring(src)
     if not items:
         raise GoldenBuildError([f"{src}:1: no queries"])

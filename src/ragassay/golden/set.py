@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
@@ -12,6 +14,7 @@ from pydantic import ValidationError
 
 from ragassay.errors import InputError
 from ragassay.golden.schema import GoldenQuery
+from ragassay.yamlio import read_utf8
 
 GOLDEN_FILE = "golden.jsonl"
 MANIFEST_FILE = "manifest.json"
@@ -46,28 +49,89 @@ class GoldenSet:
         return self.manifest.get("dataset_version")
 
 
+def derived_counts(queries: list[GoldenQuery]) -> dict:
+    """The manifest fields that are counts over the built queries (checked again on every load)."""
+    positive = {e.grade for q in queries for e in q.evidence if e.grade > 0}
+    return {
+        "n_queries": len(queries),
+        "n_answerable": sum(q.answerable for q in queries),
+        "n_negative": sum(not q.answerable for q in queries),
+        "strata": dict(sorted(Counter(q.stratum for q in queries).items())),
+        "label_type": "graded_0_3" if len(positive) > 1 else "binary",
+        "source_mix": dict(sorted(Counter(q.source for q in queries).items())),
+        "n_evidence": sum(len(q.evidence) for q in queries),
+        "match_kinds": dict(sorted(Counter(e.match for q in queries for e in q.evidence).items())),
+        "n_with_nuggets": sum(bool(q.nuggets) for q in queries),
+    }
+
+
+def content_version(label: str, golden_sha256: str, hit_rule: str, relevance_threshold: int) -> str:
+    """``<label>@<12 hex>``: a hash of the built queries and of the two settings that turn spans into
+    labels, so any change to a span, a grade, the hit rule or the threshold gives a new dataset version."""
+    h = hashlib.sha256(f"{golden_sha256}\0{hit_rule}\0{relevance_threshold}".encode())
+    return f"{label}@{h.hexdigest()[:12]}"
+
+
+_REQUIRED = {
+    "dataset": str, "dataset_version": str, "golden_sha256": str, "corpus_digest": str, "hit_rule": str,
+    "relevance_threshold": int, "annotators": list, "built_at": str,
+}
+
+
+def _check_manifest(mfile: Path, manifest: object) -> dict:
+    if not isinstance(manifest, dict):
+        raise InputError(f"{mfile}: expected a JSON object; rebuild the set with `ragassay golden build`")
+    bad = [f"{k} ({t.__name__})" for k, t in _REQUIRED.items()
+           if not isinstance(manifest.get(k), t) or isinstance(manifest.get(k), bool)]
+    if bad:
+        raise InputError(f"{mfile}: missing or mistyped field(s) {', '.join(bad)}; "
+                         "rebuild the set with `ragassay golden build`")
+    return manifest
+
+
 def load_golden(path: str | Path) -> GoldenSet:
-    """Load a built golden set directory (``golden.jsonl`` + ``manifest.json``)."""
+    """Load a built golden set directory (``golden.jsonl`` + ``manifest.json``), verifying that it is
+    exactly what the builder wrote.
+
+    A set whose ``golden.jsonl`` no longer hashes to the manifest's ``golden_sha256``, or whose manifest
+    counts or ``dataset_version`` do not match its queries, is refused: a hand-edited span was never
+    resolved against the corpus, and results scored on it would carry a version that names other labels.
+    """
     p = Path(path)
     gfile, mfile = p / GOLDEN_FILE, p / MANIFEST_FILE
-    if not gfile.exists() or not mfile.exists():
+    if not gfile.is_file() or not mfile.is_file():
         raise InputError(f"{p}: not a built golden set (needs {GOLDEN_FILE} and {MANIFEST_FILE}); "
                          "run `ragassay golden build SRC --corpus DIR -o OUT` first")
     try:
-        manifest = json.loads(mfile.read_text(encoding="utf-8"))
+        manifest = json.loads(read_utf8(mfile, "golden-set manifest"))
     except json.JSONDecodeError as e:
-        raise InputError(f"{mfile}:{e.lineno}: invalid JSON ({e.msg})") from e
+        raise InputError(f"{mfile}:{e.lineno}: invalid JSON ({e.msg}); rebuild the set") from e
+    manifest = _check_manifest(mfile, manifest)
+    text = read_utf8(gfile, "built golden set")
+    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    rebuild = "rebuild it with `ragassay golden build SRC --corpus DIR -o OUT` instead of editing it"
+    if sha != manifest["golden_sha256"]:
+        raise InputError(f"{gfile}: changed since it was built (sha256 {sha[:12]}…, manifest says "
+                         f"{manifest['golden_sha256'][:12]}…); {rebuild}")
     queries, problems = [], []
-    with gfile.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                queries.append(GoldenQuery.model_validate_json(line))
-            except ValidationError as e:
-                problems.append(f"{gfile}:{lineno}: {e.errors()[0]['msg']}")
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            queries.append(GoldenQuery.model_validate_json(line))
+        except ValidationError as e:
+            problems.append(f"{gfile}:{lineno}: {e.errors()[0]['msg']}")
     if problems:
-        raise InputError(f"{len(problems)} bad record(s) in {gfile}; rebuild the set\n" + "\n".join(problems))
+        raise InputError(f"{len(problems)} bad record(s) in {gfile}; {rebuild}\n" + "\n".join(problems))
+    counts = derived_counts(queries)
+    wrong = [k for k, v in counts.items() if manifest.get(k) != v]
+    if wrong:
+        raise InputError(f"{mfile}: {', '.join(wrong)} do(es) not match {GOLDEN_FILE}; {rebuild}")
+    label = manifest["dataset_version"].rpartition("@")[0]
+    expected = content_version(label, sha, manifest["hit_rule"], manifest["relevance_threshold"])
+    if manifest["dataset_version"] != expected:
+        raise InputError(f"{mfile}: dataset_version {manifest['dataset_version']!r} is not the content "
+                         f"version {expected!r} of this set; {rebuild}")
     return GoldenSet(queries, manifest)
 
 
