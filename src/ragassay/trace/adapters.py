@@ -3,12 +3,15 @@
 * :func:`traces_from_callable`: call a Python function per question (sync or async) under a concurrency
   limit; it may return a Trace, a dict of Trace fields, or just the answer string; an exception becomes an
   ``error`` trace.
-* :func:`traces_from_jsonl`: a trace file written by any system (see :mod:`ragassay.trace.io`).
+* :func:`traces_from_jsonl`: a trace file written by any system (see :mod:`ragassay.trace.io`); its ranked
+  lists get the run checks of ``ragassay trec``.
 * :func:`traces_from_ragas_rows`: RAGAS-style rows (question, contexts, answer, ground_truth); each context
   string is located in the corpus (exact match on canonicalized text first, then rapidfuzz
-  ``partial_ratio_alignment`` at a threshold); unlocatable contexts are counted and reported per row.
+  ``partial_ratio_alignment`` at a threshold); unlocatable and ambiguous contexts are counted and reported
+  per row, wrong types are errors.
 * :func:`traces_from_trec_run`: a TREC run file (``qid Q0 docid rank score tag``) as retrieval-only
-  traces of whole documents, ordered like trec_eval (score descending, then docid descending).
+  traces of whole documents, ordered like trec_eval (score descending, then docid descending), read and
+  checked by the same code as ``ragassay trec``.
 """
 
 from __future__ import annotations
@@ -139,36 +142,135 @@ def traces_from_callable(
 
 
 def traces_from_jsonl(path: str | Path) -> tuple[RunHeader | None, list[Trace], list[Problem]]:
-    """Traces written by any system in the ragassay JSONL format (non-strict: problems are returned)."""
-    return read_traces(path, strict=False)
+    """Traces written by any system in the ragassay JSONL format (non-strict: problems are returned).
+
+    On top of the reader's checks, every ranked list (each branch, ``fused``, ``reranked``) goes through
+    the checks ``ragassay trec`` applies to a run (:func:`ragassay.metrics.trec.ranking_problems`): a
+    non-finite score or a unit listed twice is a problem on the trace's line, and that trace is skipped.
+    An empty file is an error, as for ``ragassay trec``.
+    """
+    from ragassay.metrics.trec import ranking_problems
+
+    path = Path(path)
+    _check_text_file(path, "a header line and one trace per line")
+    header, traces, problems = read_traces(path, strict=False)
+    kept, bad = [], []
+    for t in traces:
+        found = []
+        for name, units in _ranked_lists(t):
+            found += [
+                f"{name} rank {i + 1}: {msg}"
+                for i, msg in ranking_problems(
+                    [t.query_id] * len(units), [u.unit_id for u in units], [u.score for u in units],
+                    lambda i, name=name: f"{name} rank {i + 1}", what="unit",
+                )
+            ]
+        if found:
+            bad.append((t.key, found))
+        else:
+            kept.append(t)
+    if bad:
+        lines = _trace_lines(path)
+        problems = sorted(problems + [Problem(lines[key], msg) for key, msgs in bad for msg in msgs])
+    return header, kept, problems
 
 
-def _load_rows(rows: str | Path | Sequence[dict]) -> list[dict]:
-    if isinstance(rows, (str, Path)):
-        path = Path(rows)
-        text = path.read_text(encoding="utf-8")
-        if path.suffix == ".jsonl":
-            out = []
-            for n, line in enumerate(text.splitlines(), 1):
-                if line.strip():
-                    try:
-                        out.append(json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        raise InputError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
-            return out
+def _ranked_lists(t: Trace):
+    for name, units in t.branches.items():
+        yield f"branches.{name}", units
+    yield "fused", t.fused
+    if t.reranked is not None:
+        yield "reranked", t.reranked
+
+
+def _trace_lines(path: Path) -> dict[tuple[str, int], int]:
+    """The line of the record the reader kept for each (query_id, trial): the first valid one."""
+    out: dict[tuple[str, int], int] = {}
+    with path.open(encoding="utf-8") as fh:
+        for n, raw in enumerate(fh, start=1):
+            try:
+                rec = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and rec.pop("type", None) == "trace":
+                try:
+                    out.setdefault(Trace.model_validate(rec).key, n)
+                except ValidationError:
+                    continue
+    return out
+
+
+def _check_text_file(path: Path, expected: str) -> str:
+    """The file's text; InputError (naming the line) when it is missing, empty or not UTF-8."""
+    if not path.is_file():
+        raise InputError(f"{path}: file not found; check the path")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise InputError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); re-save the file as UTF-8"
+        ) from None
+    if not text.strip():
+        raise InputError(f"{path}: file is empty; expected {expected}")
+    return text
+
+
+def _load_rows(rows: str | Path | Sequence[dict]) -> tuple[str, list[Any]]:
+    """(name for messages, the rows) from a list of dicts or a .json (rows or columns) / .jsonl file."""
+    if not isinstance(rows, (str, Path)):
+        if hasattr(rows, "columns") and hasattr(rows, "to_dict"):  # a pandas DataFrame, e.g. RAGAS' to_pandas()
+            return "rows", rows.to_dict(orient="records")
+        if isinstance(rows, (dict, bytes)) or not isinstance(rows, Iterable):
+            raise InputError(
+                f"RAGAS rows must be a list of dicts or a path, got {type(rows).__name__}; for columns "
+                "({'question': [...], ...}) write them to a .json file or pass a list of rows"
+            )
+        return "rows", list(rows)
+    path = Path(rows)
+    text = _check_text_file(path, "RAGAS rows (a JSON list, a JSON object of columns, or JSON lines)")
+    if path.suffix == ".jsonl":
+        out = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"{path}:{n}: not valid JSON ({exc.msg}); fix the line") from None
+        return str(path), out
+    try:
         data = json.loads(text)
-        if isinstance(data, dict):  # column-oriented export: {"question": [...], "contexts": [...], ...}
-            keys = list(data)
-            return [dict(zip(keys, vals, strict=True)) for vals in zip(*(data[k] for k in keys), strict=True)]
-        return list(data)
-    return list(rows)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if isinstance(data, dict):  # column-oriented export: {"question": [...], "contexts": [...], ...}
+        not_lists = [k for k, v in data.items() if not isinstance(v, list)]
+        if not_lists:
+            raise InputError(
+                f"{path}: a column-oriented file needs a list per column; {not_lists[0]!r} is a "
+                f"{type(data[not_lists[0]]).__name__}"
+            )
+        lengths = {k: len(v) for k, v in data.items()}
+        if len(set(lengths.values())) > 1:
+            sizes = ", ".join(f"{k}: {n}" for k, n in lengths.items())
+            raise InputError(
+                f"{path}: columns have different lengths ({sizes}); every column needs one value per row"
+            )
+        keys = list(data)
+        return str(path), [dict(zip(keys, vals, strict=True)) for vals in zip(*data.values(), strict=True)]
+    if not isinstance(data, list):
+        raise InputError(
+            f"{path}: expected a JSON list of rows or an object of columns, got {type(data).__name__}"
+        )
+    return str(path), data
 
 
-def locate(context: str, corpus: Any, threshold: float = 90.0) -> tuple[str, int, int, float] | None:
-    """Find a context string in the corpus: (doc_id, start, end, score 0-100) or None.
+def locate(context: str, corpus: Any, threshold: float = 90.0) -> list[tuple[str, int, int, float]]:
+    """Every place a context string may come from: a list of (doc_id, start, end, score 0-100).
 
-    Exact ``str.find`` of the canonicalized string across documents (doc_id order) first; otherwise the best
-    rapidfuzz ``partial_ratio_alignment`` over documents, accepted at ``score >= threshold``.
+    Every exact occurrence of the canonicalized string, in doc_id order then offset (overlapping ones
+    included); when there is none, the rapidfuzz ``partial_ratio_alignment`` of each document that reaches
+    the best score, if that score is ``>= threshold``. Empty: not found. More than one: ambiguous.
     """
     from rapidfuzz import fuzz
 
@@ -176,19 +278,35 @@ def locate(context: str, corpus: Any, threshold: float = 90.0) -> tuple[str, int
 
     needle = canonicalize(context).strip()
     if not needle:
-        return None
+        return []
+    exact = []
     for doc in corpus.docs.values():
         at = doc.text.find(needle)
-        if at >= 0:
-            return doc.doc_id, at, at + len(needle), 100.0
-    best = None
+        while at >= 0:
+            exact.append((doc.doc_id, at, at + len(needle), 100.0))
+            at = doc.text.find(needle, at + 1)
+    if exact:
+        return exact
+    found = []
     for doc in corpus.docs.values():
         if len(needle) > len(doc.text):
             continue
         al = fuzz.partial_ratio_alignment(needle, doc.text, score_cutoff=threshold)
-        if al is not None and (best is None or al.score > best[3]):
-            best = (doc.doc_id, al.dest_start, al.dest_end, float(al.score))
-    return best
+        if al is not None:
+            found.append((doc.doc_id, al.dest_start, al.dest_end, float(al.score)))
+    best = max((f[3] for f in found), default=None)
+    return [f for f in found if f[3] == best]
+
+
+def _text_field(source: str, n: int, qid: str, row: dict, key: str, required: bool) -> str | None:
+    """A row's string field; a wrong type (a number, NaN, a list) is an InputError naming the row."""
+    value = row.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        shown = "null" if value is None else f"a {type(value).__name__} ({value!r:.40})"
+        raise InputError(f"{source}: row {n} ({qid}): {key} is {shown}; {key} must be a string")
+    return value
 
 
 def traces_from_ragas_rows(
@@ -198,79 +316,116 @@ def traces_from_ragas_rows(
     threshold: float = 90.0,
     run_name: str = "ragas-import",
 ) -> tuple[RunHeader, list[Trace], list[Problem]]:
-    """RAGAS-style rows -> traces whose ``fused`` and ``packed`` lists are the located contexts in order.
+    """RAGAS-style rows -> traces whose ``fused`` and ``packed`` lists are the placed contexts in order.
 
-    A row needs ``question`` and ``contexts``; ``answer`` (empty or missing = abstained), ``ground_truth`` and
-    ``query_id`` (default ``row-<n>``) are optional. Each unlocatable context is one problem (row number,
-    context index, a prefix of the text) and is counted in the trace's ``meta.unlocated_contexts``.
+    A row needs ``question`` (a string) and ``contexts`` (a list of strings); ``answer`` (a string; empty or
+    missing = abstained), ``ground_truth`` and ``query_id`` (default ``row-<n>``) are optional. A wrong type
+    (``contexts`` a plain string, a context that is NaN, null or a number, a non-string question or answer)
+    is an InputError naming the row. Counted problems, each with the row number: a row without question or
+    contexts (skipped), a repeated query_id (later row skipped), a context not found (one problem, counted in
+    ``meta.unlocated_contexts``), and a context found at several places (one problem listing the candidate
+    offsets, counted in ``meta.ambiguous_contexts``). An ambiguous context is not placed: choosing one of
+    its occurrences would label it with whatever evidence happens to sit there.
     """
-    data = _load_rows(rows)
+    source, data = _load_rows(rows)
+    if not data:
+        raise InputError(f"{source}: no rows; expected RAGAS rows with 'question' and 'contexts'")
     header = RunHeader(run_name=run_name, source="ragas",
-                       config={"threshold": threshold, "locator": "exact-then-partial_ratio_alignment"},
+                       config={"threshold": threshold, "locator": "exact-then-partial_ratio_alignment",
+                               "ambiguous": "not placed"},
                        corpus_digest=getattr(corpus, "digest", None))
-    traces, problems = [], []
+    traces, problems, seen = [], [], {}
     for n, row in enumerate(data, start=1):
         if not isinstance(row, dict) or "question" not in row or "contexts" not in row:
             problems.append(Problem(n, "row needs 'question' and 'contexts'; skipped"))
             continue
         qid = str(row.get("query_id") or f"row-{n}")
-        units, unlocated = [], 0
-        for j, ctx in enumerate(row["contexts"] or []):
-            hit = locate(str(ctx), corpus, threshold)
-            if hit is None:
+        if qid in seen:
+            problems.append(Problem(n, f"query_id {qid!r} repeats row {seen[qid]}; skipped"))
+            continue
+        seen[qid] = n
+        question = _text_field(source, n, qid, row, "question", required=True)
+        answer = _text_field(source, n, qid, row, "answer", required=False)
+        contexts = row["contexts"]
+        if not isinstance(contexts, list):
+            kind = "a plain string" if isinstance(contexts, str) else (
+                "null" if contexts is None else f"a {type(contexts).__name__}")
+            raise InputError(f"{source}: row {n} ({qid}): contexts is {kind}; contexts must be a list of "
+                             "strings (wrap a single context as [\"...\"]; use [] when nothing was retrieved)")
+        units, unlocated, ambiguous = [], 0, 0
+        for j, ctx in enumerate(contexts):
+            if not isinstance(ctx, str):
+                raise InputError(f"{source}: row {n} ({qid}): context {j} is "
+                                 f"{'null' if ctx is None else f'a {type(ctx).__name__} ({ctx!r:.40})'}; "
+                                 "contexts must be a list of strings")
+            hits = locate(ctx, corpus, threshold)
+            if not hits:
                 unlocated += 1
                 problems.append(Problem(n, f"context {j} of {qid} not found in the corpus "
-                                           f"(threshold {threshold}): {str(ctx)[:60]!r}"))
+                                           f"(threshold {threshold}): {ctx[:60]!r}"))
                 continue
-            doc_id, s, e, score = hit
+            if len(hits) > 1:
+                ambiguous += 1
+                where = ", ".join(f"{d}@{s}" for d, s, _, _ in hits[:5])
+                more = f" and {len(hits) - 5} more" if len(hits) > 5 else ""
+                problems.append(Problem(n, f"context {j} of {qid} is ambiguous: found at {len(hits)} places "
+                                           f"({where}{more}); not placed: {ctx[:60]!r}"))
+                continue
+            doc_id, s, e, score = hits[0]
             text = corpus.docs[doc_id].text[s:e]
             units.append(Unit(unit_id=f"{qid}:ctx{j}", doc_id=doc_id, start=s, end=e, score=score,
                               rank=len(units) + 1, text=text))
-        answer = row.get("answer")
-        meta = {"unlocated_contexts": unlocated, "n_contexts": len(row["contexts"] or [])}
+        meta = {"unlocated_contexts": unlocated, "ambiguous_contexts": ambiguous, "n_contexts": len(contexts)}
         if row.get("ground_truth") is not None:
             meta["ground_truth"] = row["ground_truth"]
         traces.append(Trace(trace_id=make_trace_id(header.config_sha, qid, 0), query_id=qid,
-                            question=row["question"], fused=units, packed=units, answer=answer or None,
+                            question=question, fused=units, packed=units, answer=answer or None,
                             outcome="answered" if answer else "abstained", meta=meta))
     return header, traces, problems
 
 
-def traces_from_trec_run(path: str | Path, corpus: Any) -> tuple[RunHeader, list[Trace], list[Problem]]:
-    """Retrieval-only traces from a TREC run file; a unit is a whole document [0, len(text))."""
+def traces_from_trec_run(
+    path: str | Path, corpus: Any, ties: str = "trec_eval9"
+) -> tuple[RunHeader, list[Trace], list[Problem]]:
+    """Retrieval-only traces from a TREC run file; a unit is a whole document [0, len(text)).
+
+    Lines are read and checked by :func:`ragassay.metrics.trec.read_run_lines`, the checks ``ragassay trec``
+    applies (``#`` comments and fields after the tag ignored; a wrong field count, a non-numeric or
+    non-finite score and a doc ranked twice for one query are problems with the same messages; an empty file
+    is an error); a bad line is skipped and counted, as is a doc id not in the corpus. Order within a query
+    follows ``ties`` as in :class:`~ragassay.metrics.semantics.Semantics` (score descending, then doc id
+    descending; ``trec_eval9`` compares scores as float32, ``trec_eval10`` as doubles, ``given`` keeps file
+    order among equal scores); the rank column is ignored, as trec_eval ignores it.
+    """
+    import numpy as np
+
+    from ragassay.metrics.semantics import tie_rule
+    from ragassay.metrics.trec import read_run_lines
+
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: run file not found")
+    rule = tie_rule(ties)
+    rows, found = read_run_lines(path)
+    problems = [Problem(n, msg) for n, msg in found]
     per_q: dict[str, list[tuple[str, float]]] = {}
     tags: set[str] = set()
-    problems: list[Problem] = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        parts = line.split()
-        if len(parts) != 6:
-            problems.append(Problem(n, f"expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}"))
-            continue
-        qid, _, docid, rank, score, tag = parts
-        try:
-            int(rank)
-            sc = float(score)
-        except ValueError:
-            problems.append(Problem(n, f"rank {rank!r} / score {score!r} are not numbers"))
-            continue
+    for n, (qid, _, docid, _, score, tag) in rows:
         if docid not in corpus:
             problems.append(Problem(n, f"docid {docid!r} is not in the corpus"))
             continue
-        per_q.setdefault(qid, []).append((docid, sc))
+        per_q.setdefault(qid, []).append((docid, float(score)))
         tags.add(tag)
+    problems.sort()
     tag = ",".join(sorted(tags)) or path.stem
-    header = RunHeader(run_name=tag, source="trec", config={"run_file": path.name, "tag": tag},
+    header = RunHeader(run_name=tag, source="trec", config={"run_file": path.name, "tag": tag, "ties": rule},
                        corpus_digest=getattr(corpus, "digest", None))
     sha = config_sha(header.config)
     traces = []
     for qid in sorted(per_q):
-        # trec_eval orders by score descending and breaks ties by docno descending; the rank column is ignored.
-        ranked = sorted(per_q[qid], key=lambda x: (-x[1], _desc(x[0])))
+        if rule == "given":
+            ranked = sorted(per_q[qid], key=lambda x: -x[1])
+        else:
+            as_key = np.float32 if rule == "trec_eval9" else float
+            ranked = sorted(per_q[qid], key=lambda x: (-as_key(x[1]), _desc(x[0])))
         units = [Unit(unit_id=d, doc_id=d, start=0, end=len(corpus.docs[d].text), score=s, rank=r)
                  for r, (d, s) in enumerate(ranked, start=1)]
         traces.append(Trace(trace_id=make_trace_id(sha, qid, 0), query_id=qid, branches={tag: units},
