@@ -59,7 +59,7 @@ def _golden_manifest(path: Path) -> bool:
 def _report_index(path: Path) -> bool:
     try:
         with open(path / "index.html", "rb") as f:
-            head = f.read(4096)
+            head = f.read(16384)
     except OSError:
         return False
     return b'<meta name="generator" content="ragassay' in head

@@ -13,8 +13,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -22,7 +20,8 @@ import numpy as np
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from ragassay.errors import InputError, SchemaError
+from ragassay import fsio
+from ragassay.errors import SchemaError
 from ragassay.report import fmt, svg
 
 PIN_ORDER = (
@@ -41,6 +40,7 @@ PIN_ORDER = (
 # means the runs were measured under different definitions.
 DESIGN_PINS = frozenset({"config_sha", "git_sha"})
 OUTCOMES = ("answered", "abstained", "refused", "error")
+REPORT_KIND = "report"
 VERDICT_CLASS = {
     "improved": "good",
     "regressed": "bad",
@@ -58,34 +58,20 @@ _TEMPLATES = Path(__file__).parent / "templates"
 def render_report(data: Mapping, out_dir: str | Path) -> Path:
     """Render ``data`` to ``out_dir/index.html`` and return that path.
 
-    The file is written to a temporary file in ``out_dir`` and moved into place with ``os.replace``, so a
-    reader never sees a half-written report. ``data`` needs ``title`` and ``runs``; every other section is
-    rendered only when its key is present. Malformed data raises ``SchemaError`` naming the key path.
+    ``out_dir`` must be new, empty, or an earlier ragassay report (recognised by the
+    ``<meta name="generator" content="ragassay ...">`` of its ``index.html``); anything else is refused with an
+    ``InputError`` before a byte is written, so ``-o docs/`` can never overwrite a user's page. The file is
+    written to a temporary file and moved into place with ``os.replace``, so a reader never sees a
+    half-written report, with the mode ``open()`` would give it. ``data`` needs ``title`` and ``runs``;
+    every other section is rendered only when its key is present. Malformed data raises ``SchemaError``
+    naming the key path.
     """
+    out = Path(out_dir)
+    fsio.check_output_dir(out, REPORT_KIND)
     context = build_context(data)
     html = _environment().get_template("report.html.j2").render(**context)
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(
-            f"{out}: cannot create the report directory ({e.strerror}); pass a writable -o DIR"
-        ) from e
     target = out / "index.html"
-    fd, tmp = tempfile.mkstemp(prefix=".index.", suffix=".html.tmp", dir=out)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html)
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp makes the file private (0600); a report is meant to be shared, so use the umask's mode
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    fsio.atomic_write_text(target, html)
     return target
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ragassay import fsio
 from ragassay.errors import InputError, SchemaError
 from ragassay.store.schema import (
     DDL,
@@ -504,9 +506,14 @@ class Store:
     # ------------------------------------------------------------------ export
     def export_parquet(self, out_dir: str | Path, run_ids: Sequence[str] | None = None) -> dict[str, Path]:
         """Write ``runs``, ``results`` and ``query_status`` (all runs, or the given run refs) as Parquet files
-        ``<table>.parquet`` in ``out_dir``, sorted by key; return {table: path}."""
+        ``<table>.parquet`` in ``out_dir``, sorted by key; return {table: path}.
+
+        ``out_dir`` must be new, empty or an earlier export (recognised by its ``.ragassay-export`` marker);
+        anything else — a file, a folder of the user's — is refused with an ``InputError`` before a byte is
+        written. Each file is written under a temporary name and moved into place, so an interrupted export
+        leaves the previous file, never half of one."""
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        fsio.check_output_dir(out, EXPORT_KIND)
         where = ""
         if run_ids is not None:
             ids = [self.get_run(ref).run_id for ref in run_ids]
@@ -521,15 +528,30 @@ class Store:
             "results": "run_id, query_id, trial, metric",
             "query_status": "run_id, query_id, trial",
         }
+        fsio.make_dir(out)
+        fsio.mark_output_dir(out, EXPORT_KIND)
         paths = {}
         for table, key in order.items():
             target = out / f"{table}.parquet"
-            self._con.execute(
-                f"COPY (SELECT * FROM {table} {where} ORDER BY {key}) TO {_quote_literal(str(target))} "
-                "(FORMAT PARQUET)"
-            )
+            _export_table(self._con, f"SELECT * FROM {table} {where} ORDER BY {key}", target)
             paths[table] = target
         return paths
+
+
+EXPORT_KIND = "export"
+
+
+def _export_table(con: duckdb.DuckDBPyConnection, query: str, target: Path) -> None:
+    """COPY ``query`` to a temporary sibling of ``target`` (DuckDB creates it with the umask's mode), then
+    move it into place."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        con.execute(f"COPY ({query}) TO {_quote_literal(str(tmp))} (FORMAT PARQUET)")
+        os.replace(tmp, target)
+    except (duckdb.Error, OSError) as e:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{target}: cannot write the export ({e}); choose an empty or new folder you can "
+                         "write to") from e
 
 
 def _check_metric_names(metrics: Sequence[str]) -> tuple[str, ...]:
