@@ -4,6 +4,12 @@ claim sentences (spec §1.2, §13).
 
 Pairing is on (query_id, trial). With several trials per query the bootstrap resamples whole queries
 (clustered), since trials of one query are not independent evidence.
+
+A verdict uses only what the table prints: a change is credible when its CI excludes zero AND its
+Benjamini-Hochberg adjusted p (across the whole table) is below 1 - confidence. Every scoring definition is a
+pin (:data:`PINS`); runs whose pins differ are refused unless rebaselined. ``final_k`` is pinned per metric:
+the ``@final_k`` metrics and the rerank indicators of runs with different final_k measure different depths,
+so they are refused (never renamed), while every other metric is still compared.
 """
 
 from __future__ import annotations
@@ -18,7 +24,12 @@ from ragassay.analysis.directions import higher_is_better
 from ragassay.errors import InputError, PinMismatchError
 from ragassay.stats import adjust_pvalues, bootstrap_deltas, mde_paired
 
-PINS = ("dataset_version", "corpus_digest", "metric_version")
+# Every definitional choice a number depends on. `cutoffs` is derived from the run's `name@<int>` metrics
+# (it is not stored) and is None for a run without ranked metrics, which conflicts with nothing.
+PINS = ("dataset_version", "corpus_digest", "metric_version", "hit_rule", "gain", "relevance_threshold", "ties",
+        "cutoffs")
+# scoring's fallback when a run's config names no reranker.final_k (analysis/scoring.py `_final_k`)
+SCORING_DEFAULT_FINAL_K = 10
 DEFAULT_MIN_EFFECT = 0.02
 HEADLINE_METRICS = ("recall@fusion_depth", "recall@final_k", "ndcg@final_k", "recall@context", "answer_f1",
                     "abstention_recall", "over_refusal")
@@ -61,6 +72,13 @@ class Comparison:
     claims: list[str]
     pin_differences: list[tuple[str, object, object]] = field(default_factory=list)
     settings: dict = field(default_factory=dict)
+    excluded: list[tuple[str, str]] = field(default_factory=list)  # (metric, why it was not compared)
+    delivered_tokens: tuple[float | None, float | None] = (None, None)
+
+    def claim(self, row: CompareRow) -> str:
+        """The claim sentence for one row, with the pins and tokens this comparison measured."""
+        return claim_sentence(row, self.run_a, self.run_b, self.config_diff, self.settings.get("confidence", 0.95),
+                              pins=self.pin_differences, tokens=self.delivered_tokens)
 
     def overall(self, metric: str) -> CompareRow | None:
         for r in self.rows:
@@ -74,6 +92,8 @@ class Comparison:
             "candidate": {"run_id": self.run_b.run_id, "name": self.run_b.name},
             "settings": self.settings,
             "pin_differences": [{"pin": k, "a": a, "b": b} for k, a, b in self.pin_differences],
+            "excluded_metrics": [{"metric": m, "reason": why} for m, why in self.excluded],
+            "delivered_tokens": {"a": self.delivered_tokens[0], "b": self.delivered_tokens[1]},
             "config_diff": [{"key": k, "a": a, "b": b} for k, a, b in self.config_diff],
             "claims": self.claims,
             "rows": [r.to_dict() for r in self.rows],
@@ -102,21 +122,78 @@ def config_diff(a: object, b: object) -> list[tuple[str, object, object]]:
     return [(k, fa.get(k), fb.get(k)) for k in keys if fa.get(k) != fb.get(k)]
 
 
-def pin_differences(a, b) -> list[tuple[str, object, object]]:
-    return [(p, getattr(a, p), getattr(b, p)) for p in PINS if getattr(a, p) != getattr(b, p)]
+def cutoffs_of(metrics) -> tuple[int, ...] | None:
+    """The integer depths a run was scored at, from its metric names (`recall@5`, `ndcg@10`); None if none."""
+    ks = {int(k) for m in metrics for _, _, k in [str(m).partition("@")] if k.isdigit()}
+    return tuple(sorted(ks)) or None
 
 
-def _verdict(delta: float, lo: float, hi: float, min_effect: float, higher: bool, defined: bool) -> str:
+def depends_on_final_k(metric: str) -> bool:
+    """Metrics measured at the run's final_k: the `@final_k` names and the rerank movement indicators."""
+    return metric.endswith("@final_k") or metric.startswith("rerank_")
+
+
+def final_k_of(rec, metrics) -> int | None:
+    """The final_k a run's `@final_k` metrics were scored at (as scoring derives it), None if it has none."""
+    if not any(depends_on_final_k(m) for m in metrics):
+        return None
+    stored = (rec.extra or {}).get("final_k")
+    if isinstance(stored, int) and not isinstance(stored, bool):
+        return stored
+    cfg = rec.config if isinstance(rec.config, dict) else {}
+    rr = cfg.get("reranker")
+    k = rr.get("final_k") if isinstance(rr, dict) else None
+    return int(k) if isinstance(k, int) and not isinstance(k, bool) and k > 0 else SCORING_DEFAULT_FINAL_K
+
+
+def run_pins(rec, metrics) -> dict[str, object]:
+    """Every pin of a stored run, the derived ones (cutoffs, final_k) included."""
+    out = {p: getattr(rec, p) for p in PINS if p != "cutoffs"}
+    out["cutoffs"] = cutoffs_of(metrics)
+    out["final_k"] = final_k_of(rec, metrics)
+    return out
+
+
+def pin_differences(a, b, metrics_a=(), metrics_b=()) -> list[tuple[str, object, object]]:
+    """(pin, A, B) for every pin that differs. An underived pin (no ranked metrics) conflicts with nothing."""
+    pa, pb = run_pins(a, metrics_a), run_pins(b, metrics_b)
+    return [(p, pa[p], pb[p]) for p in PINS
+            if pa[p] != pb[p] and not (p == "cutoffs" and (pa[p] is None or pb[p] is None))]
+
+
+def _verdict(delta: float, lo: float, hi: float, min_effect: float, higher: bool, defined: bool,
+             p_adj: float = 0.0, alpha: float = 0.05) -> str:
+    """Credible = the CI excludes 0 and the BH-adjusted p is below alpha; both are printed beside it."""
     if not defined:
         return "undefined"
     d, lo_, hi_ = (delta, lo, hi) if higher else (-delta, -hi, -lo)
-    if lo_ > 0:
+    significant = p_adj < alpha  # False for NaN
+    if significant and lo_ > 0:
         return "improved" if d >= min_effect else "improved, below minimum effect"
-    if hi_ < 0:
+    if significant and hi_ < 0:
         return "regressed" if -d >= min_effect else "regressed, below minimum effect"
     if -min_effect < lo_ and hi_ < min_effect:
         return f"equivalent within ±{min_effect:g}"
+    if lo_ > 0 or hi_ < 0:
+        return "no credible change after BH adjustment"
     return "no credible change"
+
+
+def check_min_effect(min_effect, *, source: str = "--min-effect") -> None:
+    """A minimum meaningful effect is a finite number >= 0 (a dict gives one per metric)."""
+    items = min_effect.items() if isinstance(min_effect, dict) else [(None, min_effect)]
+    for m, v in items:
+        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+        if not ok:
+            where = f"{source} for {m}" if m is not None else source
+            raise InputError(f"{where}: the minimum effect must be a finite number >= 0, got {v!r}")
+
+
+def _check_settings(n_resamples: int, confidence: float) -> None:
+    if not isinstance(n_resamples, int) or isinstance(n_resamples, bool) or not 100 <= n_resamples <= 1_000_000:
+        raise InputError(f"--resamples must be an integer between 100 and 1,000,000, got {n_resamples!r}")
+    if not isinstance(confidence, int | float) or not 0 < confidence < 1:
+        raise InputError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
 
 
 def compare_wide(a_ids, a_strata, a_values, b_ids, b_values, metrics, *, min_effect=DEFAULT_MIN_EFFECT,
@@ -149,7 +226,8 @@ def compare_wide(a_ids, a_strata, a_values, b_ids, b_values, metrics, *, min_eff
             ok = ~np.isnan(col)
             sd = float(np.std(col[ok], ddof=1)) if ok.sum() >= 2 else float("nan")
             mde = mde_paired(int(ok.sum()), sd, alpha=1 - confidence) if ok.sum() >= 2 and sd == sd else float("nan")
-            eff = min_effect.get(m, DEFAULT_MIN_EFFECT) if isinstance(min_effect, dict) else float(min_effect)
+            eff = (min_effect.get(m, min_effect.get("*", DEFAULT_MIN_EFFECT)) if isinstance(min_effect, dict)
+                   else float(min_effect))
             higher = higher_is_better(m)
             both = ok
             rows.append(CompareRow(
@@ -158,12 +236,16 @@ def compare_wide(a_ids, a_strata, a_values, b_ids, b_values, metrics, *, min_eff
                 mean_b=float(np.mean(b[both, j])) if both.any() else float("nan"),
                 delta=md.delta, ci_low=md.ci_low, ci_high=md.ci_high, p=md.p_value, p_adj=float("nan"),
                 wins=md.wins if higher else md.losses, losses=md.losses if higher else md.wins, ties=md.ties,
-                sigma_d=sd, mde=mde, min_effect=eff, higher_is_better=higher,
-                verdict=_verdict(md.delta, md.ci_low, md.ci_high, eff, higher, md.defined),
+                sigma_d=sd, mde=mde, min_effect=eff, higher_is_better=higher, verdict="",
                 defined=md.defined, reason=md.reason,
             ))
+    # one BH family: the whole table; the verdict is decided only once the adjusted p is known
     adj = adjust_pvalues(np.asarray([r.p for r in rows], dtype=float), "bh")
-    return [CompareRow(**{**asdict(r), "p_adj": float(p)}) for r, p in zip(rows, adj, strict=True)]
+    alpha = 1 - confidence
+    return [CompareRow(**{**asdict(r), "p_adj": float(p),
+                          "verdict": _verdict(r.delta, r.ci_low, r.ci_high, r.min_effect, r.higher_is_better,
+                                              r.defined, float(p), alpha)})
+            for r, p in zip(rows, adj, strict=True)]
 
 
 def _fmt(x: float) -> str:
@@ -180,45 +262,123 @@ def _value_text(v: object) -> str:
     return "unset" if v is None else str(v)
 
 
+def _both(a: object, b: object) -> str:
+    """`a` when both runs agree, else `a (A) / b (B)`."""
+    return _value_text(a) if a == b else f"{_value_text(a)} (A) / {_value_text(b)} (B)"
+
+
+def _tokens_text(tokens, run_a, run_b) -> str:
+    """" at 491 (A) / 512 (B) tokens delivered (budget 1,000)": a budget is named only beside the tokens the
+    packer actually delivered (a final_k cap can leave most of it unused)."""
+    ta, tb = tokens if tokens is not None else (None, None)
+    if ta is None or tb is None:
+        return ""
+    budgets = []
+    for rec in (run_a, run_b):
+        cfg = flatten_config(rec.config)
+        b = cfg.get("packer.budget_tokens")
+        budgets.append(b if isinstance(b, int) and not isinstance(b, bool) and not cfg.get("oracle") else None)
+    shown = f"{ta:,.0f}" if round(ta) == round(tb) else f"{ta:,.0f} (A) / {tb:,.0f} (B)"
+    if budgets[0] == budgets[1]:
+        budget = f" (budget {budgets[0]:,})" if budgets[0] is not None else ""
+    else:
+        budget = " (budget " + " / ".join(f"{'none' if x is None else f'{x:,}'} ({s})"
+                                          for x, s in zip(budgets, "AB", strict=True)) + ")"
+    return f" at {shown} tokens delivered{budget}"
+
+
 def claim_sentence(row: CompareRow, run_a, run_b, diff: list[tuple[str, object, object]],
-                   confidence: float = 0.95) -> str:
-    """A one-sentence claim in the spirit of spec §1.2: dataset and n, hit rule, what changed, the interval."""
-    cfg = flatten_config(run_b.config)
-    budget = cfg.get("packer.budget_tokens")
-    # the budget qualifies a claim only when both runs packed under it (oracle context is not budgeted)
-    at_budget = f" at a {budget:,}-token budget" if isinstance(budget, int) and not cfg.get("oracle") and not any(
-        k in ("packer.budget_tokens", "oracle") for k, _, _ in diff) else ""
+                   confidence: float = 0.95, *, pins: list[tuple[str, object, object]] = (),
+                   tokens: tuple[float | None, float | None] | None = None) -> str:
+    """A one-sentence claim in the spirit of spec §1.2: dataset and n, hit rule, what changed, the interval.
+
+    ``pins`` are the differing pins of a rebaselined comparison: they are listed, and the sentence then never
+    says "all else pinned" or "configs identical". ``tokens`` are the mean context tokens delivered by A and B.
+    """
+    parts = []
+    if pins:
+        parts.append("rebaselined across differing pins: "
+                     + "; ".join(f"{k} {_value_text(a)} → {_value_text(b)}" for k, a, b in pins))
     if diff:
         shown = "; ".join(f"{k} {_value_text(a)} → {_value_text(b)}" for k, a, b in diff[:4])
         more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""
-        changed = f"changed: {shown}{more}; all else pinned"
+        parts.append(f"changed: {shown}{more}" + ("" if pins else "; all else pinned"))
+    elif not pins:
+        parts.append("configs identical (a repeat run)")
     else:
-        changed = "configs identical (a repeat run)"
+        parts.append("same pipeline config")
+    changed = "; ".join(parts)
     scope = "" if row.stratum == "all" else f" on the {row.stratum} stratum"
-    return (f"{row.metric}{at_budget}{scope} went from {_fmt(row.mean_a)} to {_fmt(row.mean_b)} "
-            f"({_signed(row.delta)}, {confidence:.0%} paired-bootstrap CI [{_signed(row.ci_low)}, "
-            f"{_signed(row.ci_high)}], n = {row.n}, {row.wins} wins / {row.losses} losses / {row.ties} ties, "
-            f"{run_b.hit_rule} hit rule, dataset {run_b.dataset_version}; {changed}) — {row.verdict}.")
+    return (f"{row.metric}{_tokens_text(tokens, run_a, run_b)}{scope} went from {_fmt(row.mean_a)} to "
+            f"{_fmt(row.mean_b)} ({_signed(row.delta)}, {confidence:.0%} paired-bootstrap CI "
+            f"[{_signed(row.ci_low)}, {_signed(row.ci_high)}], BH-adjusted p {_p_text(row.p_adj)}, n = {row.n}, "
+            f"{row.wins} wins / {row.losses} losses / {row.ties} ties, "
+            f"{_both(run_a.hit_rule, run_b.hit_rule)} hit rule, "
+            f"dataset {_both(run_a.dataset_version, run_b.dataset_version)}; {changed}) — {row.verdict}.")
+
+
+def _p_text(p: float) -> str:
+    if p != p:
+        return "undefined"
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def delivered_tokens(store, run_id: str) -> float | None:
+    """Mean of a run's `context_tokens` rows over the defined ones (None when it has none)."""
+    if "context_tokens" not in set(store.metrics(run_id)):
+        return None
+    v = np.asarray([np.nan if x is None else x for x in store.results(run_id, ["context_tokens"])
+                    .column("value").to_pylist()], dtype=float)
+    v = v[~np.isnan(v)]
+    return float(v.mean()) if v.size else None
 
 
 def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFAULT_MIN_EFFECT,
                  n_resamples: int = 10_000, seed: int = 0, confidence: float = 0.95, rebaseline: bool = False,
                  strata: bool = True) -> Comparison:
-    """Compare stored runs A (baseline) and B (candidate); refuses differing pins unless ``rebaseline``."""
+    """Compare stored runs A (baseline) and B (candidate); refuses differing pins unless ``rebaseline``.
+
+    Metrics measured at final_k are refused when the runs' final_k differ: asked for explicitly, that is an
+    error; in the default "all shared metrics" they are left out and listed in ``Comparison.excluded``.
+    """
+    check_min_effect(min_effect)
+    _check_settings(n_resamples, confidence)
     ra, rb = store.get_run(run_a), store.get_run(run_b)
-    pins = pin_differences(ra, rb)
-    if pins and not rebaseline:
-        lines = [f"  {p}: {a} (A) vs {b} (B)" for p, a, b in pins]
-        raise PinMismatchError("runs are not comparable; differing pins:\n" + "\n".join(lines)
-                               + "\nre-run both on the same golden set and metric version, or pass --rebaseline")
     ma = _metric_names(store, ra.run_id)
     mb = _metric_names(store, rb.run_id)
-    wanted = [m for m in ma if m in set(mb)] if metrics is None else list(metrics)
+    pins = pin_differences(ra, rb, ma, mb)
+    if pins and not rebaseline:
+        lines = [f"  {p}: {_value_text(a)} (A) vs {_value_text(b)} (B)" for p, a, b in pins]
+        raise PinMismatchError(f"runs {ra.name} (A) and {rb.name} (B) are not comparable; differing pins:\n"
+                               + "\n".join(lines) + "\nre-score both under the same definitions (golden set, "
+                               "corpus, metric version, hit rule, gain, threshold, ties, cutoffs), or pass "
+                               "--rebaseline to compare anyway")
+    shared = [m for m in ma if m in set(mb)]
+    wanted = shared if metrics is None else list(dict.fromkeys(metrics))
     if not wanted:
         raise InputError(f"runs {ra.name} and {rb.name} have no metric in common")
     missing = [m for m in wanted if m not in set(ma) or m not in set(mb)]
     if missing:
         raise InputError(f"metric(s) {missing} missing from one of the runs; have {sorted(set(ma) & set(mb))}")
+    if isinstance(min_effect, dict):
+        unknown = sorted(set(min_effect) - set(wanted) - {"*"})
+        if unknown:
+            raise InputError(f"--min-effect names {', '.join(unknown)}, which is not among the compared metrics "
+                             f"({', '.join(wanted[:8])}{'…' if len(wanted) > 8 else ''})")
+    excluded: list[tuple[str, str]] = []
+    ka, kb = final_k_of(ra, ma), final_k_of(rb, mb)
+    if ka is not None and kb is not None and ka != kb:
+        at_k = sorted(set(cutoffs_of(ma) or ()) & set(cutoffs_of(mb) or ()))
+        instead = f"; compare a fixed depth both runs have instead ({', '.join(f'@{k}' for k in at_k)})" \
+            if at_k else ""
+        why = f"final_k differs: {ka} (A) vs {kb} (B), so it measures different depths{instead}"
+        refused = [m for m in wanted if depends_on_final_k(m)]
+        if metrics is not None and refused:
+            raise InputError(f"{', '.join(refused)}: not a like-for-like comparison; {why}")
+        excluded = [(m, why) for m in refused]
+        wanted = [m for m in wanted if not depends_on_final_k(m)]
+        if not wanted:
+            raise InputError(f"runs {ra.name} and {rb.name} share only metrics measured at final_k; {why}")
     qa, ta, sa, va = store.results_wide(ra.run_id, wanted)
     qb, tb, _, vb = store.results_wide(rb.run_id, wanted)
     a_ids = list(zip(qa, ta, strict=True))
@@ -226,11 +386,14 @@ def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFA
     rows = compare_wide(a_ids, sa, va, b_ids, vb, wanted, min_effect=min_effect, n_resamples=n_resamples,
                         seed=seed, confidence=confidence, strata=strata)
     diff = config_diff(ra.config, rb.config)
-    headline = [r for r in rows if r.stratum == "all" and r.metric in HEADLINE_METRICS and r.defined]
-    claims = [claim_sentence(r, ra, rb, diff, confidence) for r in headline]
     settings = {"n_resamples": n_resamples, "seed": seed, "confidence": confidence, "multiplicity": "bh",
-                "min_effect": min_effect, "pairing": "(query_id, trial)"}
-    return Comparison(ra, rb, rows, diff, claims, pins, settings)
+                "min_effect": min_effect, "pairing": "(query_id, trial)",
+                "credible": "CI excludes 0 and BH-adjusted p < 1 - confidence"}
+    comp = Comparison(ra, rb, rows, diff, [], pins, settings, excluded,
+                      (delivered_tokens(store, ra.run_id), delivered_tokens(store, rb.run_id)))
+    headline = [r for r in rows if r.stratum == "all" and r.metric in HEADLINE_METRICS and r.defined]
+    comp.claims = [comp.claim(r) for r in headline]
+    return comp
 
 
 def _metric_names(store, run_id: str) -> list[str]:

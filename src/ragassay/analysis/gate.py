@@ -1,13 +1,22 @@
-"""The CI gate: fail a build only on a regression that is both credible and large enough to matter.
+"""The CI gate: fail a build only on a regression that is both credible and large enough to matter, and
+never pass a build the data could not have failed.
 
 Statistical checks, per metric in the policy (direction-aware: for lower-is-better metrics a rise is the
-regression):
-- FAIL when the whole CI lies on the regression side of zero and the drop is at least ``min_effect``;
-- WARN when the whole CI lies on the regression side but the drop is smaller than ``min_effect``;
-- PASS otherwise (no credible regression, whatever the point estimate says).
+regression). A regression is *credible* when the whole CI lies on the regression side of zero and the
+Benjamini-Hochberg adjusted p (across the policy's metrics) is below 1 - confidence — the numbers printed
+beside the verdict:
+- FAIL when a credible regression is at least ``min_effect``;
+- WARN when a credible regression is smaller than ``min_effect``;
+- PASS when the CI's regression-side end is nearer than ``min_effect`` (the data rule out a drop of that size);
+- WARN "underpowered" otherwise when the minimum detectable effect at this n (80% power) exceeds
+  ``min_effect``: the gate could not have seen a regression of that size, so it cannot pass; the detail gives
+  the n that would (:func:`ragassay.stats.n_for_mde`);
+- PASS otherwise (no credible regression, and enough power to have seen one).
 
-Hard checks fail regardless of statistics: trace schema failures, invalid citations, cost per query over
-budget, p95 latency over the SLO, judged fraction under a floor. The overall verdict is the worst check.
+Hard checks fail regardless of statistics: trace schema failures, retrieved units that failed validation
+against the corpus (either run), invalid citations, cost per query over budget, p95 latency over the SLO,
+judged fraction under a floor. A figure a run does not record is a WARN ("unknown"), never a PASS. The
+overall verdict is the worst check.
 """
 
 from __future__ import annotations
@@ -17,24 +26,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ragassay.analysis.compare import Comparison, compare_runs
 from ragassay.analysis.directions import higher_is_better
 from ragassay.errors import InputError
+from ragassay.stats import n_for_mde
+from ragassay.yamlio import load_yaml_node
 
 ORDER = {"PASS": 0, "WARN": 1, "FAIL": 2}
+POWER = 0.80
+# metrics whose values are not confined to [0, 1], so a minimum effect above 1 can make sense
+UNBOUNDED_METRICS = frozenset({"context_tokens"})
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class MetricPolicy(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
     min_effect: float = Field(gt=0)
 
 
 class HardPolicy(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
     max_schema_failures: int | None = Field(default=0, ge=0)
+    max_unit_failures: int | None = Field(default=0, ge=0)
     min_citation_validity: float | None = Field(default=1.0, ge=0, le=1)
     max_cost_per_query: float | None = Field(default=None, ge=0)
     max_p95_latency_ms: float | None = Field(default=None, gt=0)
@@ -42,33 +57,80 @@ class HardPolicy(BaseModel):
 
 
 class GatePolicy(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
     confidence: float = Field(default=0.95, gt=0, lt=1)
-    n_resamples: int = Field(default=10_000, ge=100)
-    seed: int = 0
+    n_resamples: int = Field(default=10_000, ge=100, le=1_000_000)
+    seed: int = Field(default=0, ge=0)
     metrics: dict[str, MetricPolicy] = Field(default_factory=lambda: {
         "recall@fusion_depth": MetricPolicy(min_effect=0.03),
         "ndcg@final_k": MetricPolicy(min_effect=0.03),
-    })
+    }, min_length=1)
     hard: HardPolicy = Field(default_factory=HardPolicy)
+
+    @field_validator("metrics")
+    @classmethod
+    def _effects_in_range(cls, metrics: dict[str, MetricPolicy]) -> dict[str, MetricPolicy]:
+        for m, p in metrics.items():
+            if m not in UNBOUNDED_METRICS and p.min_effect > 1:
+                raise ValueError(f"{m}.min_effect: {p.min_effect:g} is out of range: {m} lies in [0, 1], so "
+                                 f"its minimum effect must be in (0, 1]")
+        return metrics
+
+
+def _line_of(node, loc: tuple) -> int | None:
+    """The YAML line of the deepest node on ``loc`` that exists in the document."""
+    line = None
+    for key in loc:
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+        nxt = None
+        if hasattr(node, "value") and isinstance(node.value, list):
+            for item in node.value:
+                if isinstance(item, tuple) and getattr(item[0], "value", None) == str(key):
+                    nxt = item[1]
+                    line = item[0].start_mark.line + 1
+                    break
+        node = nxt
+    return line
 
 
 def load_policy(path: str | Path | None) -> GatePolicy:
+    """The policy in ``path`` (the built-in one for None); every problem is a `file:line: field: message`."""
     if path is None:
         return GatePolicy()
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such gate policy file")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise InputError(f"{p}:{mark.line + 1 if mark else 1}: invalid YAML ({getattr(e, 'problem', e)})") from e
+    data, node = load_yaml_node(p, "gate policy")
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError(f"{p}: a gate policy is a mapping (confidence, metrics, hard), got a "
+                         f"{type(data).__name__}; see docs/runs.md")
     try:
         return GatePolicy.model_validate(data)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors())
-        raise InputError(f"{p}: invalid gate policy ({problems})") from e
+        lines = []
+        for x in e.errors():
+            loc = tuple(x["loc"])
+            msg = x["msg"].removeprefix("Value error, ")
+            if loc == ("metrics",) and x["type"] == "value_error":
+                # the range check names its metric: point at that metric's line, not at `metrics:`
+                metric, _, msg = msg.partition(".min_effect: ")
+                loc = ("metrics", metric, "min_effect")
+            line = _line_of(node, loc) if node is not None else None
+            where = f"{p}:{line}" if line else str(p)
+            field_path = ".".join(map(str, loc))
+            got = "" if x["type"] in ("value_error", "missing", "extra_forbidden") else f" (got {_short(x.get('input'))})"
+            lines.append(f"{where}: {field_path + ': ' if field_path else ''}{msg}{got}")
+        raise InputError(f"{p}: invalid gate policy; fix these fields (see docs/runs.md):\n"
+                         + "\n".join(lines)) from e
+
+
+def _short(v: object, limit: int = 60) -> str:
+    text = repr(v)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 @dataclass(frozen=True)
@@ -105,24 +167,75 @@ class GateResult:
 
 
 def statistical_check(metric: str, delta: float, lo: float, hi: float, min_effect: float,
-                      defined: bool = True, confidence: float = 0.95) -> Check:
-    """Verdict for one metric from its paired delta (B − A) and CI."""
+                      defined: bool = True, confidence: float = 0.95, *, p_adj: float | None = None,
+                      mde: float | None = None, n: int | None = None, sigma_d: float | None = None) -> Check:
+    """Verdict for one metric from its paired delta (B − A), CI, BH-adjusted p and MDE.
+
+    ``p_adj`` None means no multiplicity adjustment applies (a single test): the CI alone decides. ``mde``
+    None skips the power check (a caller with no per-query spread); NaN means it could not be estimated.
+    """
     if not defined or any(math.isnan(x) for x in (delta, lo, hi)):
         return Check(metric, "statistical", "WARN", "undefined: no paired values to compare", delta, min_effect)
     higher = higher_is_better(metric)
     drop, ci_worst, ci_best = (-delta, -hi, -lo) if higher else (delta, lo, hi)
-    ci_text = f"Δ {delta:+.3f}, {confidence:.0%} CI [{lo:+.3f}, {hi:+.3f}], minimum effect {min_effect:g}"
-    if ci_worst > 0 and ci_best > 0:  # whole interval on the regression side
+    alpha = 1 - confidence
+    p_text = "" if p_adj is None else f", BH-adjusted p {'undefined' if p_adj != p_adj else f'{p_adj:.3f}'}"
+    ci_text = f"Δ {delta:+.3f}, {confidence:.0%} CI [{lo:+.3f}, {hi:+.3f}]{p_text}, minimum effect {min_effect:g}"
+    significant = p_adj is None or p_adj < alpha
+    if ci_worst > 0 and ci_best > 0 and significant:  # whole interval on the regression side
         if drop >= min_effect:
             return Check(metric, "statistical", "FAIL", f"credible regression ≥ minimum effect ({ci_text})",
                          delta, min_effect)
         return Check(metric, "statistical", "WARN", f"credible regression below the minimum effect ({ci_text})",
                      delta, min_effect)
+    if ci_best < min_effect:
+        # the interval itself rules out a drop as large as the minimum effect, whatever the power was
+        return Check(metric, "statistical", "PASS", f"no credible regression; the CI excludes a drop of the "
+                     f"minimum effect ({ci_text})", delta, min_effect)
+    if mde is not None:
+        at_n = f" at n = {n}" if n is not None else ""
+        if mde != mde:
+            return Check(metric, "statistical", "WARN", f"underpowered: the minimum detectable effect cannot be "
+                         f"estimated{at_n} (fewer than 2 paired values); no regression could be detected "
+                         f"({ci_text})", delta, min_effect)
+        if mde > min_effect:
+            need = ""
+            if sigma_d is not None and sigma_d == sigma_d:
+                need = f"; need n ≈ {n_for_mde(min_effect, sigma_d, alpha=alpha, power=POWER):,}"
+            return Check(metric, "statistical", "WARN",
+                         f"underpowered: MDE {mde:.3g} > threshold {min_effect:g}{at_n} ({POWER:.0%} power){need}; "
+                         f"no credible regression, but one of the threshold's size could be missed ({ci_text})",
+                         delta, min_effect)
     return Check(metric, "statistical", "PASS", f"no credible regression ({ci_text})", delta, min_effect)
 
 
-def hard_checks(policy: HardPolicy, run, results) -> list[Check]:
-    """Checks on the candidate run alone. ``results`` is its result table (pyarrow)."""
+def _failure_check(name: str, runs, limit: int | None, what: str, fix: str) -> Check | None:
+    """A hard check on a count each run records in ``extra`` (absent = the run predates the count)."""
+    if limit is None:
+        return None
+    counts, unknown = [], []
+    for role, rec in runs:
+        v = (rec.extra or {}).get(name)
+        if isinstance(v, int) and not isinstance(v, bool):
+            counts.append((role, rec, v))
+        else:
+            unknown.append((role, rec))
+    bad = [(role, rec, v) for role, rec, v in counts if v > limit]
+    if bad:
+        listed = "; ".join(f"{role} {rec.name}: {v}" for role, rec, v in bad)
+        total = sum(v for _, _, v in bad)
+        return Check(name, "hard", "FAIL", f"{total} {what} ({listed}); allowed {limit}; {fix}", total, limit)
+    if unknown:
+        listed = ", ".join(f"{role} {rec.name}" for role, rec in unknown)
+        return Check(name, "hard", "WARN", f"unknown for {listed}: the run records no {name} (scored before the "
+                     f"check existed); re-score it to check", None, limit)
+    total = sum(v for _, _, v in counts)
+    return Check(name, "hard", "PASS", f"{total} {what}; allowed {limit}", total, limit)
+
+
+def hard_checks(policy: HardPolicy, run, results, baseline=None) -> list[Check]:
+    """Checks on the candidate run (``results`` is its result table, pyarrow); the unit-validation count is
+    checked on the baseline too, since a bad unit corrupts either side of a comparison."""
     checks: list[Check] = []
     extra = run.extra or {}
     if policy.max_schema_failures is not None:
@@ -130,6 +243,12 @@ def hard_checks(policy: HardPolicy, run, results) -> list[Check]:
         checks.append(Check("schema_failures", "hard", "FAIL" if n_bad > policy.max_schema_failures else "PASS",
                             f"{n_bad} malformed trace record(s); allowed {policy.max_schema_failures}",
                             n_bad, policy.max_schema_failures))
+    roles = [("candidate", run)] + ([("baseline", baseline)] if baseline is not None else [])
+    unit = _failure_check("unit_failures", roles, policy.max_unit_failures,
+                          "retrieved units failed validation against the corpus",
+                          "see `ragassay runs --json` for the examples")
+    if unit is not None:
+        checks.append(unit)
     cols = results.to_pydict()
     metric = np.asarray(cols["metric"], dtype=object)
     value = np.asarray([np.nan if v is None else v for v in cols["value"]], dtype=float)
@@ -166,17 +285,28 @@ def hard_checks(policy: HardPolicy, run, results) -> list[Check]:
         else:
             checks.append(Check("p95_latency_ms", "hard", "WARN", "no latency recorded; cannot check the SLO"))
     if policy.min_judged_fraction is not None:
-        jf = np.asarray([cols["judged_fraction"][i] for i in first if cols["judged_fraction"][i] is not None],
-                        dtype=float)
-        if len(jf):
-            mean = float(jf.mean())
-            checks.append(Check("judged_fraction", "hard", "FAIL" if mean < policy.min_judged_fraction else "PASS",
-                                f"mean judged fraction {mean:.3f}; floor {policy.min_judged_fraction:g}", mean,
-                                policy.min_judged_fraction))
-        else:
-            checks.append(Check("judged_fraction", "hard", "PASS",
-                                "not applicable: span labels judge every unit (no pooled qrels)"))
+        checks.append(_judged_check(cols, policy.min_judged_fraction))
     return checks
+
+
+def _judged_check(cols: dict, floor: float) -> Check:
+    """Mean over (query, trial) of the judged fraction stored on that trace's rows (any row that has one:
+    scoring may store it on some metric rows only). "Not applicable" only when no row has one."""
+    per_trace: dict[tuple, float] = {}
+    traces = set()
+    for q, t, jf in zip(cols["query_id"], cols["trial"], cols["judged_fraction"], strict=True):
+        traces.add((q, t))
+        if jf is not None and jf == jf and (q, t) not in per_trace:
+            per_trace[(q, t)] = float(jf)
+    if not per_trace:
+        return Check("judged_fraction", "hard", "PASS",
+                     "not applicable: no result row records a judged fraction")
+    mean = float(np.mean(list(per_trace.values())))
+    missing = len(traces) - len(per_trace)
+    undefined = f" ({missing} with none: empty lists)" if missing else ""
+    return Check("judged_fraction", "hard", "FAIL" if mean < floor else "PASS",
+                 f"mean judged fraction {mean:.3f} over {len(per_trace)} queries{undefined}; floor {floor:g}",
+                 mean, floor)
 
 
 def _first_metric_rows(cols: dict) -> list[int]:
@@ -197,8 +327,9 @@ def run_gate(store, base: str, cand: str, policy: GatePolicy, *, rebaseline: boo
     for m, pol in policy.metrics.items():
         row = comp.overall(m)
         checks.append(statistical_check(m, row.delta, row.ci_low, row.ci_high, pol.min_effect, row.defined,
-                                        policy.confidence))
-    run_b = comp.run_b
-    checks += hard_checks(policy.hard, run_b, store.results(run_b.run_id))
+                                        policy.confidence, p_adj=row.p_adj, mde=row.mde, n=row.n,
+                                        sigma_d=row.sigma_d))
+    checks += hard_checks(policy.hard, comp.run_b, store.results(comp.run_b.run_id), baseline=comp.run_a)
     verdict = max((c.verdict for c in checks), key=ORDER.__getitem__, default="PASS")
-    return GateResult(verdict, checks, comp)
+    notes = [f"rebaselined: {k} {a} (A) vs {b} (B)" for k, a, b in comp.pin_differences]
+    return GateResult(verdict, checks, comp, notes)

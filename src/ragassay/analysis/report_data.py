@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ragassay import __version__
-from ragassay.analysis.compare import Comparison
+from ragassay.analysis.compare import Comparison, run_pins
 from ragassay.analysis.summary import STAGES, run_summary, stage_of
 from ragassay.golden import EvidenceIndex, GoldenSet, HitRule
 from ragassay.trace import read_traces
@@ -37,23 +37,37 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
 
 
-def pins_of(rec) -> dict:
+def pins_of(rec, metrics=()) -> dict:
+    """A run's pins for the report; ``metrics`` (its metric names) adds the derived cutoffs and final_k."""
+    derived = run_pins(rec, metrics)
     return {"dataset_version": rec.dataset_version, "corpus_digest": rec.corpus_digest,
             "config_sha": rec.config_sha, "metric_version": rec.metric_version, "hit_rule": rec.hit_rule,
             "gain": rec.gain, "relevance_threshold": rec.relevance_threshold, "ties": rec.ties,
+            "cutoffs": list(derived["cutoffs"]) if derived["cutoffs"] else None, "final_k": derived["final_k"],
             "git_sha": rec.git_sha, "trials": rec.trials, "source": rec.source}
 
 
-def load_run_traces(rec, traces_dir: str | Path | None = None) -> dict:
-    """(query_id, trial) -> Trace for a run whose traces were written next to the store, else {}."""
+def load_run_traces(rec, traces_dir: str | Path | None = None) -> tuple[dict, str | None]:
+    """(query_id, trial) -> Trace for a run, and why they are unavailable (None when they loaded).
+
+    The traces are ``<folder>/<run_id>.jsonl`` in ``traces_dir``, else in the folder recorded with the run."""
     folder = traces_dir or (rec.extra or {}).get("traces_dir")
     if not folder:
-        return {}
-    path = Path(folder) / f"{rec.run_id}.jsonl"
-    if not path.exists():
-        return {}
-    _, traces, _ = read_traces(path, strict=False)
-    return {t.key: t for t in traces}
+        return {}, (f"run {rec.name}: no traces folder was recorded with the run and none was given; "
+                    f"pass --traces-dir (the folder `ragassay run --traces-dir` wrote)")
+    folder = Path(folder)
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        return {}, f"run {rec.name}: traces folder {folder} {what}; pass --traces-dir"
+    path = folder / f"{rec.run_id}.jsonl"
+    if not path.is_file():
+        return {}, f"run {rec.name}: no {path.name} in {folder}; pass the --traces-dir that holds it"
+    _, traces, problems = read_traces(path, strict=False)
+    by_key = {t.key: t for t in traces}
+    if problems:
+        return by_key, (f"run {rec.name}: {len(problems)} malformed record(s) in {path} were skipped "
+                        f"(first: line {problems[0].line}: {problems[0].message})")
+    return by_key, None
 
 
 def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
@@ -66,7 +80,8 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
         "title": title,
         "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "ragassay_version": __version__,
-        "runs": [{"run_id": r.run_id, "name": r.name, "pins": pins_of(r), "config": r.config} for r in recs],
+        "runs": [{"run_id": r.run_id, "name": r.name, "pins": pins_of(r, store.metrics(r.run_id)),
+                  "config": r.config} for r in recs],
         "manifest": golden.manifest,
     }
     # stage table
@@ -97,6 +112,8 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
                                 "rows": [r.to_dict() for r in c.rows
                                          if r.stratum == "all" or r.metric in STRATUM_ROWS_METRICS],
                                 "claims": c.claims,
+                                "pin_differences": [{"pin": k, "a": a, "b": b} for k, a, b in c.pin_differences],
+                                "excluded": [{"metric": m, "reason": why} for m, why in c.excluded],
                                 "config_diff": [{"key": k, "a": a, "b": b} for k, a, b in c.config_diff]}
                                for c in comparisons]
         forest = []
@@ -107,7 +124,14 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
                 forest.append({"label": f"{c.run_b.name} vs {c.run_a.name}", "rows": frows})
         if forest:
             data["forest"] = {"metric": FOREST_METRIC, "comparisons": forest}
-    traces = {r.run_id: load_run_traces(r, traces_dir) for r in recs}
+    traces, unavailable = {}, []
+    for r in recs:
+        traces[r.run_id], why = load_run_traces(r, traces_dir)
+        if why:
+            unavailable.append({"run": r.name, "reason": why})
+    # a run without traces still has its rows; what its traces would show is marked unavailable, with why
+    data["warnings"] = [u["reason"] for u in unavailable]
+    data["traces_unavailable"] = unavailable
     idx = EvidenceIndex(golden)
     _curves_and_movement(data, recs, traces, golden, idx)
     data["rerank_movement"] = [_movement(store, r) for r in recs if "rerank_rescued" in by_run[r.run_id]]

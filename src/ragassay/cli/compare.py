@@ -6,12 +6,14 @@ import math
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from ragassay.analysis.compare import DEFAULT_MIN_EFFECT, compare_runs
 from ragassay.analysis.gate import load_policy, run_gate
 from ragassay.cli.common import EXIT_FAIL, console, print_json
+from ragassay.errors import InputError
 from ragassay.store import Store
 
 STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")
@@ -29,14 +31,44 @@ def _p(x) -> str:
     return "<0.001" if x < 0.001 else f"{x:.3f}"  # bootstrap p-values are never exactly 0
 
 
+def parse_min_effect(values: list[str] | None) -> float | dict[str, float]:
+    """`--min-effect 0.03` (every metric) and/or `--min-effect ndcg@5=0.05` (one metric), repeatable.
+
+    Returns a float when no per-metric value is given, else a dict whose "*" entry is the default for the
+    metrics not named."""
+    default = DEFAULT_MIN_EFFECT
+    per: dict[str, float] = {}
+    for raw in values or []:
+        metric, sep, num = str(raw).rpartition("=")
+        try:
+            v = float(num)
+        except ValueError:
+            raise InputError(f"--min-effect {raw!r}: not a number; give e.g. 0.03, or METRIC=0.03 for one "
+                             f"metric") from None
+        if not math.isfinite(v) or v < 0:
+            raise InputError(f"--min-effect {raw!r}: the minimum effect must be a finite number >= 0")
+        if sep and not metric.strip():
+            raise InputError(f"--min-effect {raw!r}: empty metric name; give METRIC=0.03")
+        if sep:
+            per[metric.strip()] = v
+        else:
+            default = v
+    if not per:
+        return default
+    return {"*": default, **per}
+
+
 def print_comparison(comp, *, all_strata: bool = True) -> None:
     a, b = comp.run_a, comp.run_b
-    console.print(f"[bold]{a.name}[/] ({a.run_id[:10]}…) → [bold]{b.name}[/] ({b.run_id[:10]}…)  "
-                  f"{comp.settings['n_resamples']:,} paired-bootstrap resamples, {comp.settings['confidence']:.0%} "
-                  f"CIs, Benjamini–Hochberg across {len(comp.rows)} rows", markup=True)
+    console.print(f"[bold]{escape(a.name)}[/] ({escape(a.run_id[:10])}…) → [bold]{escape(b.name)}[/] "
+                  f"({escape(b.run_id[:10])}…)  {comp.settings['n_resamples']:,} paired-bootstrap resamples, "
+                  f"{comp.settings['confidence']:.0%} CIs, Benjamini–Hochberg across {len(comp.rows)} rows; "
+                  f"credible = CI excludes 0 and p(BH) < {1 - comp.settings['confidence']:.2g}", markup=True)
     if comp.pin_differences:
-        console.print("[yellow]rebaselined:[/] " + "; ".join(f"{k}: {x} → {y}" for k, x, y in comp.pin_differences),
-                      markup=True)
+        console.print(Text("rebaselined: ", style="yellow")
+                      + Text("; ".join(f"{k}: {x} → {y}" for k, x, y in comp.pin_differences)))
+    for m, why in comp.excluded:
+        console.print(Text("not compared: ", style="yellow") + Text(f"{m}: {why}"))
     if comp.config_diff:
         console.print("config diff: " + "; ".join(f"{k}: {x!r} → {y!r}" for k, x, y in comp.config_diff),
                       markup=False)
@@ -62,16 +94,20 @@ def compare(
     run_b: str = typer.Argument(..., help="Candidate run."),
     store: Path = STORE_OPT,
     metric: list[str] = typer.Option(None, "-m", "--metric", help="Metrics to compare (default: all shared)."),
-    min_effect: float = typer.Option(DEFAULT_MIN_EFFECT, "--min-effect", help="Minimum meaningful effect."),
-    resamples: int = typer.Option(10_000, "--resamples", min=100),
+    min_effect: list[str] = typer.Option(
+        None, "--min-effect",
+        help=f"Minimum meaningful effect, >= 0 (default {DEFAULT_MIN_EFFECT}); METRIC=X sets one metric's. "
+             "Repeatable."),
+    resamples: int = typer.Option(10_000, "--resamples", help="Bootstrap resamples (100 to 1,000,000)."),
     seed: int = typer.Option(0, "--seed"),
     overall_only: bool = typer.Option(False, "--overall-only", help="Skip the per-stratum rows."),
     rebaseline: bool = typer.Option(False, "--rebaseline", help="Compare despite differing pins."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Paired deltas per metric and stratum with bootstrap CIs, W/L/T, MDE, BH-adjusted p and claims."""
+    effect = parse_min_effect(min_effect)
     with Store.open(store, read_only=True) as st:
-        comp = compare_runs(st, run_a, run_b, metrics=metric or None, min_effect=min_effect,
+        comp = compare_runs(st, run_a, run_b, metrics=metric or None, min_effect=effect,
                             n_resamples=resamples, seed=seed, rebaseline=rebaseline, strata=not overall_only)
     if json_out:
         print_json(comp.to_dict())
@@ -87,7 +123,8 @@ def gate(
     rebaseline: bool = typer.Option(False, "--rebaseline"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """PASS / WARN / FAIL: fail only on a credible regression at least the minimum effect, or a hard gate.
+    """PASS / WARN / FAIL: fail only on a credible regression at least the minimum effect, or a hard gate;
+    WARN when the gate was too weak to see a regression of the minimum effect (underpowered).
 
     Exit code 0 for PASS and WARN, 1 for FAIL, 2 for usage errors."""
     pol = load_policy(policy)
@@ -104,10 +141,13 @@ def gate(
 def print_gate(result) -> None:
     colour = {"PASS": "green", "WARN": "yellow", "FAIL": "red"}
     comp = result.comparison
-    console.print(f"gate [bold {colour[result.verdict]}]{result.verdict}[/]: {comp.run_a.name} → {comp.run_b.name}")
+    console.print(Text("gate ") + Text(result.verdict, style=f"bold {colour[result.verdict]}")
+                  + Text(f": {comp.run_a.name} → {comp.run_b.name}"))
+    for note in result.notes:
+        console.print(Text("  note: ", style="yellow") + Text(note))
     for c in result.checks:
-        console.print(f"  [{colour[c.verdict]}]{c.verdict:4}[/] {c.kind:11} {c.name}: ", end="")
-        console.print(c.detail, markup=False)
+        console.print(Text("  ") + Text(f"{c.verdict:4}", style=colour[c.verdict])
+                      + Text(f" {c.kind:11} {c.name}: {c.detail}"))
 
 
 def register(app: typer.Typer) -> None:

@@ -5,10 +5,32 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
+from rich.text import Text
 
-from ragassay.cli.common import console, print_json
+from ragassay.cli.common import console, err_console, print_json
+from ragassay.errors import InputError
 
 STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")
+
+
+def check_inputs_match_runs(recs, golden, corpus, *, given: bool) -> None:
+    """The golden set and corpus must be the ones every run was scored against (their pins); a report that
+    puts one set's questions beside another set's scores would be silently wrong."""
+    wrong = [r for r in recs if r.dataset_version != golden.dataset_version or r.corpus_digest != corpus.digest]
+    if not wrong:
+        return
+    lines = [f"run {r.name} ({r.run_id[:10]}…) was scored on dataset {r.dataset_version} / corpus "
+             f"{r.corpus_digest}" for r in wrong]
+    if given:
+        head = (f"the golden set and corpus given are dataset {golden.dataset_version} / corpus {corpus.digest}, "
+                f"not the ones the runs were scored on")
+        fix = "pass the --golden and --corpus the runs were scored with"
+    else:
+        head = (f"runs were scored on dataset {wrong[0].dataset_version} / corpus {wrong[0].corpus_digest}, not "
+                f"the bundled set (dataset {golden.dataset_version} / corpus {corpus.digest})")
+        fix = "pass --golden and --corpus"
+    raise InputError("\n".join([head, *lines, fix]))
 
 
 def report(
@@ -18,30 +40,39 @@ def report(
     corpus: Path = typer.Option(None, "--corpus", help="Corpus the runs were scored on (default: bundled)."),
     golden: Path = typer.Option(None, "--golden", help="Golden set the runs were scored on (default: bundled)."),
     traces_dir: Path = typer.Option(None, "--traces-dir", help="Where the runs' traces are (default: recorded)."),
-    resamples: int = typer.Option(10_000, "--resamples", min=100),
+    resamples: int = typer.Option(10_000, "--resamples", help="Bootstrap resamples (100 to 1,000,000)."),
     rebaseline: bool = typer.Option(False, "--rebaseline", help="Compare runs despite differing pins."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Pins and manifest, stage and stratum tables, forest plot of paired deltas, recall-at-depth curves,
-    rerank movement, abstention vs over-refusal, latency, and a sortable per-query table — no network."""
+    rerank movement, abstention vs over-refusal, latency, and a sortable per-query table — no network.
+
+    The golden set and corpus must be the ones the runs were scored on (checked against the runs' pins)."""
     from ragassay.analysis.compare import compare_runs
     from ragassay.analysis.report_data import build_report_data
     from ragassay.analysis.runner import load_inputs
     from ragassay.report import render_report
     from ragassay.store import Store
 
-    corp, gs = load_inputs(corpus, golden)
+    if (corpus is None) != (golden is None):
+        raise InputError("pass --golden and --corpus together (the golden set is resolved against its corpus)")
     with Store.open(store, read_only=True) as st:
         recs = [st.get_run(r) for r in runs]
+        corp, gs = load_inputs(corpus, golden)
+        check_inputs_match_runs(recs, gs, corp, given=golden is not None)
         comparisons = [compare_runs(st, recs[0].run_id, r.run_id, n_resamples=resamples, rebaseline=rebaseline)
                        for r in recs[1:]]
         data = build_report_data(st, [r.run_id for r in recs], gs, corp, comparisons=comparisons,
                                  traces_dir=traces_dir, title=f"ragassay report: {', '.join(r.name for r in recs)}")
     path = render_report(data, out)
+    warnings = data.get("warnings", [])
     if json_out:
-        print_json({"report": str(path), "bytes": path.stat().st_size, "runs": [r.run_id for r in recs]})
+        print_json({"report": str(path), "bytes": path.stat().st_size, "runs": [r.run_id for r in recs],
+                    "warnings": warnings})
         return
-    console.print(f"report written to [bold]{path}[/] ({path.stat().st_size / 1024:.0f} KB)")
+    for w in warnings:
+        err_console.print(Text("warning: ", style="yellow") + Text(w))
+    console.print(f"report written to [bold]{escape(str(path))}[/] ({path.stat().st_size / 1024:.0f} KB)")
 
 
 def register(app: typer.Typer) -> None:
