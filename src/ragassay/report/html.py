@@ -33,12 +33,17 @@ PIN_ORDER = (
     "gain",
     "relevance_threshold",
     "ties",
+    "cutoffs",
+    "final_k",
     "git_sha",
     "trials",
 )
 # Pins that differ between runs by construction (the thing being compared); any other pin that differs
 # means the runs were measured under different definitions.
 DESIGN_PINS = frozenset({"config_sha", "git_sha"})
+# Pins derived from a run's metrics: a run without such metrics (no ranked list) has none, which conflicts
+# with nothing.
+DERIVED_PINS = frozenset({"cutoffs", "final_k"})
 OUTCOMES = ("answered", "abstained", "refused", "error")
 REPORT_KIND = "report"
 VERDICT_CLASS = {
@@ -183,6 +188,14 @@ def build_context(data: Mapping) -> dict:
         "latency": _latency_view(data["latency"], colors) if "latency" in data else None,
         "oracle": _oracle_view(data["oracle_ladder"]) if "oracle_ladder" in data else None,
         "gate": _gate_view(data["gate"]) if "gate" in data else None,
+        "warnings": [str(w) for w in _list(data.get("warnings", []), "warnings")],
+        "traces_unavailable": [
+            {"run": str(u.get("run", "")), "reason": str(u.get("reason", ""))}
+            for u in (
+                _mapping(x, f"traces_unavailable[{i}]")
+                for i, x in enumerate(_list(data.get("traces_unavailable", []), "traces_unavailable"))
+            )
+        ],
     }
     queries = _queries_view(data, run_names) if "queries" in data else None
     ctx["queries"] = queries
@@ -221,8 +234,10 @@ def _runs_view(runs: Sequence[Mapping], names: list[str]) -> dict:
         pin_keys += [str(k) for k in pins if str(k) not in pin_keys]
     pins_rows = []
     for k in pin_keys:
-        vals = [fmt.value_text((r.get("pins") or {}).get(k)) for r in runs]
-        pins_rows.append({"key": k, "values": vals, "differs": _differs(vals)})
+        raw = [(r.get("pins") or {}).get(k) for r in runs]
+        vals = [fmt.value_text(v) for v in raw]
+        known = [v for v, x in zip(vals, raw, strict=True) if x is not None or k not in DERIVED_PINS]
+        pins_rows.append({"key": k, "values": vals, "differs": _differs(known)})
     flat = [fmt.flatten(_mapping(r.get("config") or {}, f"runs[{i}].config")) for i, r in enumerate(runs)]
     cfg_keys: list[str] = []
     for f in flat:
@@ -375,9 +390,24 @@ def _comparison_view(c: object, i: int) -> dict:
             for k, x in enumerate(_list(c.get("config_diff", []), f"{p}.config_diff"))
         )
     ]
+    pins = [
+        {"pin": str(d.get("pin", "")), "a": fmt.value_text(d.get("a")), "b": fmt.value_text(d.get("b"))}
+        for d in (
+            _mapping(x, f"{p}.pin_differences[{k}]")
+            for k, x in enumerate(_list(c.get("pin_differences", []), f"{p}.pin_differences"))
+        )
+    ]
+    excluded = [
+        {"metric": str(d.get("metric", "")), "reason": str(d.get("reason", ""))}
+        for d in (
+            _mapping(x, f"{p}.excluded[{k}]") for k, x in enumerate(_list(c.get("excluded", []), f"{p}.excluded"))
+        )
+    ]
     return {
         "baseline": str(c.get("baseline", "")),
         "candidate": str(c.get("candidate", "")),
+        "pin_differences": pins,
+        "excluded": excluded,
         "rows": rows,
         "claims": [str(s) for s in _list(c.get("claims", []), f"{p}.claims")],
         "config_diff": diff,
