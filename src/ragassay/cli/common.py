@@ -1,4 +1,9 @@
-"""Shared CLI plumbing: console, JSON output, and the error contract (one line per problem, exit 2)."""
+"""Shared CLI plumbing: console, JSON output, and the error contract (one line per problem, exit 2).
+
+User text (run and dataset names, doc ids, questions, answers) must never be read as rich markup: pass it
+through :func:`esc` when it goes inside a markup string, or print it with ``markup=False`` / as a
+``rich.text.Text``. Both consoles have emoji codes off, so ``:smile:`` in a doc id stays as typed.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,20 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = Console(highlight=False, emoji=False)
+err_console = Console(stderr=True, highlight=False, emoji=False)
 
 EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_USAGE = 2
+
+
+def esc(text: Any) -> str:
+    """``text`` as a string that rich markup shows literally: ``f"[bold]{esc(run.name)}[/]"`` is safe for
+    ``--name '[/bold]'``."""
+    return escape(str(text))
 
 
 def print_json(obj: Any) -> None:
