@@ -1,20 +1,38 @@
 """The reference RAG pipeline: chunkers, BM25 and dense branches, indexes, fusion, reranking, packing and an
-extractive generator, configured by YAML and emitting one Trace per (query, trial)."""
+extractive generator, configured by YAML and emitting one Trace per (query, trial).
 
-from ragassay.pipeline.chunkers import Chunk, chunk_corpus, chunk_text, sentence_spans
-from ragassay.pipeline.config import PipelineConfig, load_config, parse_config
-from ragassay.pipeline.embedders import Embedder, make_embedder
-from ragassay.pipeline.fusion import rrf, weighted
-from ragassay.pipeline.generator import ExtractiveGenerator, Generation, Generator
-from ragassay.pipeline.index import ExactIndex, HNSWIndex, build_index
-from ragassay.pipeline.packer import pack
-from ragassay.pipeline.rerank import Reranker
-from ragassay.pipeline.run import Pipeline, run_pipeline
-from ragassay.pipeline.tokens import TOKEN_COUNTER_NAME, count_tokens
+Names are imported on first use (PEP 562), so reading a config does not load the indexes and embedders.
+"""
 
-__all__ = [
-    "TOKEN_COUNTER_NAME", "Chunk", "Embedder", "ExactIndex", "ExtractiveGenerator", "Generation", "Generator",
-    "HNSWIndex", "Pipeline", "PipelineConfig", "Reranker", "build_index", "chunk_corpus", "chunk_text",
-    "count_tokens", "load_config", "make_embedder", "pack", "parse_config", "rrf", "run_pipeline",
-    "sentence_spans", "weighted",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "TOKEN_COUNTER_NAME": "tokens", "count_tokens": "tokens",
+    "Chunk": "chunkers", "chunk_corpus": "chunkers", "chunk_text": "chunkers", "sentence_spans": "chunkers",
+    "PipelineConfig": "config", "load_config": "config", "parse_config": "config",
+    "Embedder": "embedders", "make_embedder": "embedders",
+    "rrf": "fusion", "weighted": "fusion",
+    "ExtractiveGenerator": "generator", "Generation": "generator", "Generator": "generator",
+    "ExactIndex": "index", "HNSWIndex": "index", "build_index": "index",
+    "pack": "packer",
+    "Reranker": "rerank",
+    "Pipeline": "run", "run_pipeline": "run",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -12,35 +12,47 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-import bm25s.stopwords as _sw
 import Stemmer
 
 _TERM = re.compile(r"(?u)\b\w\w+\b")
-_STOPWORDS = {
-    "en": _sw.STOPWORDS_EN,
-    "english": _sw.STOPWORDS_EN,
-    "en_plus": _sw.STOPWORDS_EN_PLUS,
-    "de": _sw.STOPWORDS_GERMAN,
-    "fr": _sw.STOPWORDS_FRENCH,
-    "es": _sw.STOPWORDS_SPANISH,
-    "it": _sw.STOPWORDS_ITALIAN,
-    "nl": _sw.STOPWORDS_DUTCH,
-    "pt": _sw.STOPWORDS_PORTUGUESE,
+# Stopword list name -> the bm25s list it stands for. The lists are read on first use: importing bm25s
+# loads numba and scipy, which a config check (or `ragassay --help`) should not pay for.
+STOPWORD_LISTS = {
+    "en": "STOPWORDS_EN",
+    "english": "STOPWORDS_EN",
+    "en_plus": "STOPWORDS_EN_PLUS",
+    "de": "STOPWORDS_GERMAN",
+    "fr": "STOPWORDS_FRENCH",
+    "es": "STOPWORDS_SPANISH",
+    "it": "STOPWORDS_ITALIAN",
+    "nl": "STOPWORDS_DUTCH",
+    "pt": "STOPWORDS_PORTUGUESE",
 }
+
+
+def stemmers() -> list[str]:
+    """The Snowball stemmer names PyStemmer knows (the valid values of ``bm25.stemmer``)."""
+    return list(Stemmer.algorithms())
+
+
+def _stopwords(name: str) -> frozenset[str]:
+    import bm25s.stopwords
+
+    return frozenset(getattr(bm25s.stopwords, STOPWORD_LISTS[name]))
 
 
 class Analyzer:
     """text -> list of terms. ``stemmer`` is a PyStemmer language name or None; ``stopwords`` a list key."""
 
     def __init__(self, lowercase: bool = True, stemmer: str | None = "english", stopwords: str | None = "en"):
-        if stopwords is not None and stopwords not in _STOPWORDS:
-            raise ValueError(f"unknown stopword list {stopwords!r}; use one of {sorted(_STOPWORDS)} or null")
-        if stemmer is not None and stemmer not in Stemmer.algorithms():
-            raise ValueError(f"unknown stemmer {stemmer!r}; use one of {Stemmer.algorithms()} or null")
+        if stopwords is not None and stopwords not in STOPWORD_LISTS:
+            raise ValueError(f"unknown stopword list {stopwords!r}; use one of {sorted(STOPWORD_LISTS)} or null")
+        if stemmer is not None and stemmer not in stemmers():
+            raise ValueError(f"unknown stemmer {stemmer!r}; use one of {stemmers()} or null")
         self.lowercase = lowercase
         self.stemmer_name = stemmer
         self.stopwords_name = stopwords
-        self._stop = frozenset(_STOPWORDS[stopwords]) if stopwords else frozenset()
+        self._stop = _stopwords(stopwords) if stopwords else frozenset()
         self._stemmer = Stemmer.Stemmer(stemmer) if stemmer else None
 
     @property
