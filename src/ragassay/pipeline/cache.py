@@ -4,41 +4,79 @@ Layout: ``<cache_dir>/embeddings/<embedder slug>/<namespace>/vectors.npy`` plus 
 the text hash and the embedder's token length of every row. The namespace is the chunker-config sha for
 passages and ``queries`` for questions, so a sweep that keeps the chunking (or re-chunks to partly the same
 texts) embeds only what is new. Writes go to a temp file and ``os.replace`` so a crash cannot corrupt it.
+
+The cache never replaces a file it did not write: a cache folder named in a config must be new, empty or an
+earlier ragassay cache (:func:`prepare_cache_dir`), and each file is replaced only when what is there is
+recognisably a cache file (a manifest or chunk artifact with the expected fields). A folder that cannot be
+created or written is an :class:`~ragassay.errors.InputError` naming it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
-import os
 import re
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
+from ragassay.errors import InputError
+from ragassay.fsio import atomic_write_bytes, check_output_dir, is_output_of, make_dir, mark_output_dir
+
+# What ragassay writes directly under a cache dir (embeddings here, chunk artifacts here, bm25 indexes by
+# pipeline/run.py); a folder holding only these is a cache from before the marker file existed.
+CACHE_ENTRIES = frozenset({"embeddings", "chunks", "bm25"})
 
 
 def text_sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+def prepare_cache_dir(root: Path) -> Path:
+    """Create (or reuse) cache folder ``root`` and mark it as ragassay's, or raise :class:`InputError`.
+
+    ``root`` must be new, empty, or an earlier ragassay cache: the pipeline replaces entries under it, so a
+    folder holding other files is refused rather than mixed into.
+    """
+    root = Path(root)
+    if not is_output_of(root, "cache"):
+        legacy = root.is_dir() and any(root.iterdir()) and {e.name for e in root.iterdir()} <= CACHE_ENTRIES
+        if not legacy:
+            check_output_dir(root, "cache")
+    make_dir(root)
+    mark_output_dir(root, "cache")
+    return root
+
+
+def _refuse_foreign(path: Path, ours: Callable[[Path], bool]) -> None:
+    if path.exists() and not ours(path):
+        raise InputError(f"{path}: exists and is not a ragassay cache file; refusing to overwrite it; move it "
+                         "away or point cache_dir at a new folder")
+
+
+def _read_json(path: Path):
     try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
-def _save_npy(path: str, arr: np.ndarray) -> None:
-    # np.save on a name would append '.npy' to the temp name; write through a handle instead.
-    with open(path, "wb") as fh:
-        np.save(fh, arr)
+def _is_manifest(path: Path) -> bool:
+    man = _read_json(path)
+    return isinstance(man, dict) and {"hashes", "lengths", "dim"} <= set(man)
+
+
+def _is_chunk_artifact(path: Path) -> bool:
+    data = _read_json(path)
+    return isinstance(data, dict) and {"chunks", "terms", "sentences"} <= set(data)
+
+
+def _npy_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    return buf.getvalue()
 
 
 class EmbeddingCache:
@@ -124,13 +162,23 @@ class EmbeddingCache:
         if self.dir is None or not self._dirty or self._index is None:
             return
         vecs = self._matrix()
-        self.dir.mkdir(parents=True, exist_ok=True)
+        manifest, vectors = self.dir / "manifest.json", self.dir / "vectors.npy"
+        _refuse_foreign(manifest, _is_manifest)
+        # vectors.npy is written first, so after a crash it may stand without a manifest; it is ours when
+        # the manifest beside it is, or when the folder holds nothing but cache files.
+        _refuse_foreign(vectors, lambda p: _is_manifest(manifest) or _only_cache_files(self.dir))
+        make_dir(self.dir)
         hashes = [h for h, _ in sorted(self._index.items(), key=lambda kv: kv[1])]
-        _atomic_write(self.dir / "vectors.npy", lambda p: _save_npy(p, vecs))
+        atomic_write_bytes(vectors, _npy_bytes(vecs))
         man = {"hashes": hashes, "lengths": self._lens, "dim": int(vecs.shape[1])}
-        _atomic_write(self.dir / "manifest.json",
-                      lambda p: Path(p).write_text(json.dumps(man), encoding="utf-8"))
+        atomic_write_bytes(manifest, json.dumps(man).encode("utf-8"))
         self._dirty = False
+
+
+def _only_cache_files(folder: Path) -> bool:
+    # ".<name>.<random>.tmp" is what an interrupted atomic write leaves behind.
+    return all(e.name in ("vectors.npy", "manifest.json") or (e.name.startswith(".") and e.name.endswith(".tmp"))
+               for e in folder.iterdir())
 
 
 def load_chunk_artifact(
@@ -160,7 +208,9 @@ def load_chunk_artifact(
 
 
 def save_chunk_artifact(path: Path, chunks: list, terms: list[list[str]], sentences: list[list]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write the artifact :func:`load_chunk_artifact` reads; an :class:`InputError` if ``path`` holds a file
+    that is not one, or its folder cannot be written."""
+    _refuse_foreign(path, _is_chunk_artifact)
     body = json.dumps({"chunks": [[c.doc_id, c.start, c.end, c.tokens] for c in chunks], "terms": terms,
                        "sentences": sentences}, ensure_ascii=False, separators=(",", ":"))
-    _atomic_write(path, lambda p: Path(p).write_text(body, encoding="utf-8"))
+    atomic_write_bytes(path, body.encode("utf-8"))
