@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ragassay.analysis.summary import STAGES, stage_of
-from ragassay.cli.common import console, print_json
+from ragassay.cli.common import console, esc, print_json
 from ragassay.cli.compare import print_gate
 from ragassay.cli.golden import print_manifest_summary
 
@@ -79,6 +79,18 @@ def _top_claims(comp, limit: int = 3) -> list[str]:
     return [claim_sentence(r, comp.run_a, comp.run_b, comp.config_diff) for r in rows[:limit]]
 
 
+def _claim_out(out: Path) -> None:
+    """Refuse an ``-o`` folder that holds anything but an earlier demo (the demo replaces its store and
+    traces there), then mark it as demo output so the next run may reuse it."""
+    from ragassay.fsio import check_output_dir, is_output_of, make_dir, mark_output_dir
+
+    # A demo folder written before the marker existed is recognised by the ragassay report inside it.
+    if not (out.is_dir() and is_output_of(out / "report", "report")):
+        check_output_dir(out, "demo")
+    make_dir(out)
+    mark_output_dir(out, "demo")
+
+
 def demo(
     out: Path = typer.Option(Path("ragassay-demo"), "-o", "--out", help="Where to write the demo's outputs."),
     resamples: int = typer.Option(10_000, "--resamples", min=100, help="Bootstrap resamples per comparison."),
@@ -88,9 +100,10 @@ def demo(
     context), compare them with the baseline, gate, and write the store, the traces and an HTML report."""
     from ragassay.analysis.demo import DEMO_CONFIGS, run_demo
 
+    _claim_out(out)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), transient=True,
                   disable=json_out, console=console) as bar:
-        tasks = {c: bar.add_task(c, total=None) for c in DEMO_CONFIGS}
+        tasks = {c: bar.add_task(esc(c), total=None) for c in DEMO_CONFIGS}
 
         def tick(name: str, done: int, total: int) -> None:
             bar.update(tasks[name], completed=done, total=total)
@@ -109,18 +122,18 @@ def demo(
     console.print(_stage_table(res.summaries))
     console.print(_strata_table(res.summaries))
     for comp in res.comparisons:
-        console.print(f"\n[bold]{comp.run_b.name} vs {comp.run_a.name}[/]: "
-                      f"{_verdict_counts(comp)} (all claims: ragassay compare {comp.run_a.name} {comp.run_b.name} "
-                      f"--store {res.out / 'ragassay.duckdb'})")
+        a, b = esc(comp.run_a.name), esc(comp.run_b.name)
+        console.print(f"\n[bold]{b} vs {a}[/]: {_verdict_counts(comp)} (all claims: ragassay compare {a} {b} "
+                      f"--store {esc(res.out / 'ragassay.duckdb')})")
         for claim in _top_claims(comp):
             console.print("• " + claim, markup=False)
     console.print("\n[bold]oracle ladder[/] (spec §8.4): ", end="")
     console.print(res.ladder["diagnosis"], markup=False)
     console.print()
     print_gate(res.gate)
-    console.print(f"\nstore {res.out / 'ragassay.duckdb'}; traces {res.out / 'traces'}")
+    console.print(f"\nstore {esc(res.out / 'ragassay.duckdb')}; traces {esc(res.out / 'traces')}")
     if res.report:
-        console.print(f"report [bold]{res.report}[/]")
+        console.print(f"report [bold]{esc(res.report)}[/]")
     console.print(f"[dim]done in {res.timings['total']:.1f} s[/]")
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
 import numpy as np
 import typer
-from rich.console import Console
 
+from ragassay.cli.common import EXIT_USAGE, console
 from ragassay.errors import InputError
 from ragassay.stats.power import mde_paired, n_for_mde, sigma_d
 
@@ -17,11 +18,20 @@ from ragassay.stats.power import mde_paired, n_for_mde, sigma_d
 def read_diffs(path: Path) -> np.ndarray:
     """Read one column of per-item differences (text or CSV). Blank lines and '#' comments are skipped, a
     non-numeric first line is taken as a header, and 'nan' marks an undefined item. Errors name file:line."""
+    fix = "pass a one-column text/CSV file of per-item differences"
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder; {fix}")
     if not path.is_file():
-        raise InputError(f"{path}: file not found; pass a one-column text/CSV file of per-item differences")
+        raise InputError(f"{path}: file not found; {fix}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text (byte offset {e.start}); {fix}") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the file ({e.strerror}); {fix}") from None
     values: list[float] = []
     seen_content = False
-    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
@@ -31,16 +41,38 @@ def read_diffs(path: Path) -> np.ndarray:
                 f"{path}:{lineno}: expected one column, got {line!r}; keep only the difference column"
             )
         try:
-            values.append(float(cells[0]))
+            value = float(cells[0])
         except ValueError:
             if seen_content:
                 raise InputError(
                     f"{path}:{lineno}: {cells[0]!r} is not a number; one difference per line"
                 ) from None
+        else:
+            if math.isinf(value):
+                raise InputError(f"{path}:{lineno}: {cells[0]!r} is infinite; a difference must be finite "
+                                 "(write nan for an undefined item)")
+            values.append(value)
         seen_content = True
     if not values:
         raise InputError(f"{path}: no numbers found; one per-item difference per line")
     return np.asarray(values, dtype=np.float64)
+
+
+def _check_flags(sigma: float | None, n: int | None, mde: float | None, alpha: float, power: float) -> None:
+    """Every flag's range, checked before any arithmetic, one problem per line."""
+    problems = []
+    if sigma is not None and not (math.isfinite(sigma) and sigma > 0):
+        problems.append(f"--sigma-d must be a finite number > 0, got {sigma}")
+    if n is not None and n < 2:
+        problems.append(f"--n must be at least 2 paired items (a paired test on fewer has no degrees of "
+                        f"freedom), got {n}")
+    if mde is not None and not (math.isfinite(mde) and mde > 0):
+        problems.append(f"--mde must be a finite effect > 0, got {mde}")
+    for flag, p in (("--alpha", alpha), ("--power", power)):
+        if not (0 < p < 1):
+            problems.append(f"{flag} must lie strictly between 0 and 1, got {p}")
+    if problems:
+        raise InputError("\n".join(problems))
 
 
 def power_command(
@@ -58,8 +90,8 @@ def power_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
 ) -> None:
     """Minimum detectable effect of a paired comparison, or the n needed for a target effect."""
-    console = Console()
     try:
+        _check_flags(sigma_d_, n, mde, alpha, power)
         out: dict = {"alpha": alpha, "power": power}
         if diffs is not None:
             if sigma_d_ is not None:
@@ -82,8 +114,9 @@ def power_command(
             out["target_mde"] = float(mde)
             out["n_required"] = n_for_mde(mde, sigma_d_, alpha, power)
     except InputError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(code=2) from None
+        for line in str(exc).splitlines():
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(code=EXIT_USAGE) from None
     if as_json:
         typer.echo(json.dumps(out))
         return
