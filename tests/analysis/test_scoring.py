@@ -86,7 +86,7 @@ def test_generation_outcomes_are_scored_separately():
         _t("q2", packed, packed=packed, outcome="abstained"),
         _t("n1", packed, packed=packed, outcome="refused"),
     ]
-    r = _rows(score_traces(GS, traces, doc_lengths={"d": 1000}))
+    r = _rows(score_traces(GS, traces, corpus={"d": "x" * 1000}))
     assert r[("q1", "answer_f1")] == 1.0 and r[("q1", "answer_em")] == 1.0
     assert r[("q1", "citation_validity")] == 0.5
     assert r[("q2", "answer_f1")] == 0.0 and r[("q2", "over_refusal")] == 1.0
@@ -99,7 +99,7 @@ def test_generation_outcomes_are_scored_separately():
 def test_citation_outside_its_document_is_invalid():
     packed = [_u(0, "d", 900, 1200)]
     r = _rows(score_traces(GS, [_t("q1", packed, packed=packed, answer="a", citations=["u0"])],
-                           keys=[("q1", 0)], doc_lengths={"d": 1000}))
+                           keys=[("q1", 0)], corpus={"d": "x" * 1000}))
     assert r[("q1", "citation_validity")] == 0.0
 
 

@@ -43,7 +43,9 @@ def test_batched_run_equals_per_query_traces_on_bundled_golden(bundled, tmp_path
     assert len(batched) == len(single) == 2 * len(queries)
     for b, s in zip(batched, single, strict=True):
         assert _content(b) == _content(s)
-        assert set(b.durations_ms) == set(s.durations_ms)
+        # the batched path times only each item's own stages; the per-query path times the whole request
+        assert set(s.durations_ms) >= {"bm25", "dense", "fusion", "pack", "generate", "total"}
+        assert set(b.durations_ms) == set(s.durations_ms) - {"bm25", "dense", "fusion", "total"}
         # what the batch path builds without validation passes validation unchanged
         assert Trace.model_validate(b.model_dump()) == b
     assert {t.outcome for t in batched} <= {"answered", "abstained"}

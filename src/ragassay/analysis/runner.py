@@ -3,24 +3,37 @@
 A run writes one batch per group of queries: the batch's result rows and its (query, trial) done markers
 commit in one transaction, so a killed run resumes with `--resume` and ends with no lost and no
 duplicated rows.
+
+Every run record's ``extra`` carries what a reader of the numbers must know: ``unit_failures`` (int,
+always present; units that failed validation against the corpus, a hard gate) with the first 50 as
+``unit_failure_examples``, ``context_tokens_mean`` (mean tokens the packer actually delivered, over the
+rows where it is defined; None when never defined), ``warnings`` (list of sentences), and for imported
+traces ``schema_failures``, ``problems``, ``unknown_queries`` and, when allowed, ``pin_mismatch``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import math
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from ragassay import __version__
-from ragassay.analysis.scoring import METRIC_VERSION, ScoredRun, ScoringOptions, score_traces
+from ragassay.analysis.scoring import METRIC_VERSION, Labels, ScoredRun, ScoringOptions, score_traces
 from ragassay.corpus import Corpus, bundled_corpus_dir, load_corpus
 from ragassay.errors import InputError
+from ragassay.fsio import check_output_dir, make_dir, mark_output_dir
 from ragassay.golden import GOLDEN_FILE, GoldenSet, build_golden, bundled_golden_source, load_golden
 from ragassay.store import RunRecord, Store
-from ragassay.trace import RunHeader, Trace, TraceWriter, read_traces
+from ragassay.trace import RunHeader, Trace, TraceReader, TraceWriter
 
 BATCH_QUERIES = 64
+MAX_EXAMPLES = 50
 
 
 def git_sha(cwd: str | Path | None = None) -> str | None:
@@ -60,6 +73,45 @@ def _record(name: str, golden: GoldenSet, corpus: Corpus, config: dict, config_s
     )
 
 
+def config_warnings(config: dict | None) -> list[str]:
+    """Settings that make a figure mean less than it seems; stored in ``extra["warnings"]`` and printed."""
+    cfg = config or {}
+    rr, fu = cfg.get("reranker"), cfg.get("fusion")
+    out = []
+    if isinstance(rr, dict) and isinstance(fu, dict) and rr.get("kind") not in (None, "none"):
+        depth, k = fu.get("depth"), rr.get("final_k")
+        if isinstance(depth, int) and isinstance(k, int) and depth <= k:
+            out.append(f"fusion_depth {depth} <= final_k {k} with a reranker: the reranker only reorders the "
+                       f"units that reach final_k and cannot change which ones do; raise fusion.depth above "
+                       f"{k} to give it candidates")
+    return out
+
+
+def _pin_mismatch(header: RunHeader | None, golden: GoldenSet, corpus: Corpus) -> dict[str, dict[str, Any]]:
+    """Pins the trace header states that differ from the golden set's: {pin: {"traces": x, "golden": y}}."""
+    if header is None:
+        return {}
+    want = {"corpus_digest": golden.manifest.get("corpus_digest") or corpus.digest,
+            "dataset_version": golden.dataset_version}
+    have = {"corpus_digest": header.corpus_digest, "dataset_version": header.dataset_version}
+    return {k: {"traces": have[k], "golden": want[k]} for k in want
+            if have[k] is not None and want[k] is not None and have[k] != want[k]}
+
+
+def _context_tokens_mean(store: Store, run_id: str) -> float | None:
+    vals = store.results(run_id, metrics=["context_tokens"])["value"].to_numpy(zero_copy_only=False)
+    vals = vals[~np.isnan(vals.astype(float))] if len(vals) else vals
+    return float(vals.mean()) if len(vals) else None
+
+
+def _update_extra(store: Store, run_id: str, updates: dict[str, Any]) -> None:
+    # The store has no API to amend a run's extra; this is the documented runs table, written as the
+    # store writes it (sorted-key JSON).
+    extra = {**(store.get_run(run_id).extra or {}), **updates}
+    store.connection.execute("UPDATE runs SET extra = ?::JSON WHERE run_id = ?",
+                             [json.dumps(extra, sort_keys=True, default=str), run_id])
+
+
 def _write_scored(store: Store, run_id: str, scored: ScoredRun, keys: Sequence[tuple[str, int]],
                   trace_by_key: dict) -> None:
     done = []
@@ -73,19 +125,25 @@ def _write_scored(store: Store, run_id: str, scored: ScoredRun, keys: Sequence[t
 def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpus, golden: GoldenSet, *,
                             trials: int = 1, options: ScoringOptions | None = None, name: str | None = None,
                             resume: str | None = None, traces_dir: str | Path | None = None,
-                            cache_dir: str | Path | None = None,
+                            cache_dir: str | Path | None = None, batched: bool = False,
                             progress: Callable[[int, int], None] | None = None) -> tuple[str, RunHeader]:
-    """Run the reference pipeline on every (query, trial), scoring and storing batch by batch."""
+    """Run the reference pipeline on every (query, trial), scoring and storing batch by batch.
+
+    Each query runs on its own (:meth:`Pipeline.run_query`), so its stored latency is its own wall time.
+    ``batched=True`` runs the retrieval stages for 64 queries at once (:meth:`Pipeline.run_batch`): faster,
+    but no single request's time exists, so latency is stored as NULL.
+    """
     from ragassay.pipeline import Pipeline, load_config
 
     opt = options or ScoringOptions()
+    if traces_dir is not None:
+        check_output_dir(Path(traces_dir), "traces")
     cfg = load_config(config_path)
     if cache_dir is not None:
         cfg = cfg.model_copy(update={"cache_dir": str(cache_dir)})
     pipe = Pipeline.from_config(cfg, corpus)
     run_name = name or cfg.name or Path(config_path).stem
     header = pipe.header(golden.dataset_version, run_name)
-    doc_lengths = {d.doc_id: len(d.text) for d in corpus}
     if resume:
         rec = store.get_run(resume)
         run_id = rec.run_id
@@ -93,60 +151,96 @@ def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpu
             raise InputError(f"run {rec.name} ({run_id}) was made with config sha {rec.config_sha[:12]}…, "
                              f"but {config_path} has {pipe.config_sha[:12]}…; resume with the same config")
         trials = rec.trials
+        n_failures = int((rec.extra or {}).get("unit_failures", 0))
+        examples = list((rec.extra or {}).get("unit_failure_examples", []))
     else:
         extra = {"build_ms": header.durations_ms, "pipeline_stats": header.stats,
                  "token_counter": header.token_counter,
-                 "traces_dir": str(Path(traces_dir).resolve()) if traces_dir is not None else None}
+                 "traces_dir": str(Path(traces_dir).resolve()) if traces_dir is not None else None,
+                 "latency": "not measured (batched)" if batched else "per query",
+                 "unit_failures": 0, "unit_failure_examples": [], "warnings": config_warnings(pipe.config)}
         rec = _record(run_name, golden, corpus, pipe.config, pipe.config_sha, opt, trials, "pipeline", extra)
         run_id = store.create_run(rec)
+        n_failures, examples = 0, []
     done = store.done_keys(run_id)
     todo = [(q, tr) for tr in range(trials) for q in golden.queries if (q.query_id, tr) not in done]
     writer = None
     if traces_dir is not None:
-        Path(traces_dir).mkdir(parents=True, exist_ok=True)
+        make_dir(Path(traces_dir))
+        mark_output_dir(Path(traces_dir), "traces")
+    labels = Labels(golden, opt)
     total = len(todo)
     for start in range(0, total, BATCH_QUERIES):
         batch = todo[start:start + BATCH_QUERIES]
-        traces: list[Trace] = pipe.run_batch(batch)
+        traces: list[Trace] = (pipe.run_batch(batch) if batched
+                               else [pipe.run_query(q, tr) for q, tr in batch])
         keys = [(q.query_id, tr) for q, tr in batch]
-        scored = score_traces(golden, traces, header, opt, keys=keys, doc_lengths=doc_lengths)
+        scored = score_traces(golden, traces, header, opt, keys=keys, corpus=corpus, labels=labels)
         if traces_dir is not None:
             if writer is None:
                 writer = TraceWriter(Path(traces_dir) / f"{run_id}.jsonl", header, mode="a")
             # a batch whose traces landed but whose rows did not commit is re-run on resume: write it once
             writer.write_all([t for t in traces if t.key not in writer.done])
         _write_scored(store, run_id, scored, keys, {t.key: t for t in traces})
+        if scored.unit_check.count:
+            n_failures += scored.unit_check.count
+            examples += scored.unit_check.messages(limit=MAX_EXAMPLES - len(examples))
+            _update_extra(store, run_id, {"unit_failures": n_failures, "unit_failure_examples": examples})
         if progress:
             progress(min(start + BATCH_QUERIES, total), total)
     if writer is not None:
         writer.close()
+    _update_extra(store, run_id, {"context_tokens_mean": _context_tokens_mean(store, run_id)})
     store.finish_run(run_id, "complete")
     return run_id, header
 
 
 def score_traces_into_store(store: Store, traces_path: str | Path, corpus: Corpus, golden: GoldenSet, *,
-                            options: ScoringOptions | None = None, name: str | None = None) -> tuple[str, dict]:
+                            options: ScoringOptions | None = None, name: str | None = None,
+                            allow_pin_mismatch: bool = False) -> tuple[str, dict]:
     """Import another system's traces (JSONL), score them and store them as a run.
 
-    Malformed records are counted (``schema_failures``) and listed, never silently dropped.
+    Malformed records are counted (``schema_failures``) and listed, and every unit is validated against
+    the corpus (``unit_failures``), never silently dropped. A header whose corpus digest or dataset version
+    differs from the golden set's raises :class:`InputError` unless ``allow_pin_mismatch``; then the
+    mismatch is recorded in the run's ``extra["pin_mismatch"]``.
     """
     opt = options or ScoringOptions()
-    header, traces, problems = read_traces(traces_path, strict=False)
+    reader = TraceReader(traces_path)
+    traces = list(reader)
+    header, problems = reader.header, reader.problems
+    mismatch = _pin_mismatch(header, golden, corpus)
+    if mismatch and not allow_pin_mismatch:
+        raise InputError("\n".join(
+            [f"{traces_path}:1: the trace header's {k} {v['traces']!r} differs from the golden set's "
+             f"{v['golden']!r}" for k, v in mismatch.items()]
+            + ["the traces were made against other data; score them with the matching golden set and corpus, "
+               "or pass --allow-pin-mismatch to score them anyway (recorded with the run)"]))
     config = header.config if header else {}
     sha = header.config_sha if header else ""
     unknown = sorted({t.query_id for t in traces if t.query_id not in golden})
-    extra = {"schema_failures": len(problems),
-             "problems": [f"{traces_path}:{p.line}: {p.message}" for p in problems[:50]],
-             "unknown_queries": unknown}
     trials = sorted({t.trial for t in traces}) or [0]
+    known = [t for t in traces if t.query_id in golden]
+    scored = score_traces(golden, known, header, opt, trials=trials, corpus=corpus, lines=reader.lines)
+    unit_messages = scored.unit_check.messages(traces_path)
+    ctx = [v for m, v in zip(scored.columns["metric"], scored.columns["value"], strict=True)
+           if m == "context_tokens" and not math.isnan(v)]
+    extra = {"schema_failures": len(problems),
+             "problems": [f"{traces_path}:{p.line}: {p.message}" for p in problems[:MAX_EXAMPLES]],
+             "unknown_queries": unknown,
+             "unit_failures": scored.unit_check.count,
+             "unit_failure_examples": unit_messages[:MAX_EXAMPLES],
+             "context_tokens_mean": float(np.mean(ctx)) if ctx else None,
+             "warnings": config_warnings(config)}
+    if mismatch:
+        extra["pin_mismatch"] = mismatch
     rec = _record(name or (header.run_name if header else Path(traces_path).stem), golden, corpus, config, sha, opt,
                   len(trials), f"traces:{traces_path}", extra)
     run_id = store.create_run(rec)
-    known = [t for t in traces if t.query_id in golden]
-    scored = score_traces(golden, known, header, opt, trials=trials,
-                          doc_lengths={d.doc_id: len(d.text) for d in corpus})
     keys = [(q.query_id, tr) for tr in trials for q in golden.queries]
     _write_scored(store, run_id, scored, keys, {t.key: t for t in known})
     store.finish_run(run_id, "complete")
     return run_id, {"n_traces": len(traces), "schema_failures": len(problems), "unknown_queries": unknown,
-                    "missing": len(scored.missing), "problems": extra["problems"]}
+                    "missing": len(scored.missing), "problems": extra["problems"],
+                    "unit_failures": scored.unit_check.count, "unit_failure_examples": extra["unit_failure_examples"],
+                    "warnings": extra["warnings"], "pin_mismatch": mismatch}

@@ -17,31 +17,61 @@ cutoffs ``recall@k``, ``ndcg@k``, ``precision@k`` and ``recall@final_k``, ``ndcg
 ``rr@final_k``, ``success@final_k``; ``recall@context`` over the packed context; rerank movement
 indicators (``rerank_rescued``, ``rerank_broke``, ``rerank_kept``, ``rerank_missed_both`` at final_k);
 and generation metrics (see :func:`_generation_rows`).
+
+Every unit is checked against the corpus first (:func:`ragassay.trace.validate_units`). A unit that fails
+keeps its rank but is credited with nothing (it hits no evidence and counts as unjudged), and it is
+counted and reported; it is never silently "not relevant".
+
+Undefined, not zero: ``recall@context`` and ``context_tokens`` are NaN for a trace that reports no units at
+any stage (an answer-only trace has nothing to measure), and ``context_tokens`` is NaN when the packed
+units carry no token counts and the trace gives no ``packed_tokens``. A missing or ``error`` trace is
+scored as empty (0): a failure must cost the system.
+
+Per row, ``judged_fraction`` is the share of the final list's top final_k units that overlap any labelled
+evidence span of the query (any grade, 0 included); NaN for an empty list.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from ragassay.errors import InputError
 from ragassay.golden import EvidenceIndex, GoldenSet, HitRule
 from ragassay.metrics import GradeMatrix, Semantics, evaluate
 from ragassay.metrics.generation import exact_match, token_f1
-from ragassay.trace import RunHeader, Trace, Unit
+from ragassay.trace import RunHeader, Trace, Unit, UnitCheck, validate_units
 
 METRIC_VERSION = "ragassay-metrics-1"
 DEFAULT_CUTOFFS = (1, 5, 10)
 DEFAULT_FINAL_K = 10
+MAX_GRADE = 3
+
 
 @dataclass(frozen=True)
 class ScoringOptions:
+    """The definitional choices of a scored run, checked when made (bad values raise :class:`InputError`)."""
+
     hit_rule: str = "any_overlap"
     relevance_threshold: int = 2
     gain: str = "exp"
     ties: str = "given"
     cutoffs: tuple[int, ...] = DEFAULT_CUTOFFS
+
+    def __post_init__(self) -> None:
+        HitRule.parse(self.hit_rule)
+        t = self.relevance_threshold
+        if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= MAX_GRADE:
+            raise InputError(f"relevance threshold {t!r} is outside the grade scale 0-{MAX_GRADE}; relevant "
+                             f"means grade >= threshold, so use 1, 2 or 3 (--threshold)")
+        if self.gain not in ("exp", "linear"):
+            raise InputError(f"unknown gain {self.gain!r}; use exp or linear (--gain)")
+        if not self.cutoffs or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.cutoffs):
+            raise InputError(f"cutoffs {self.cutoffs!r} must be positive integers, e.g. (1, 5, 10)")
+        self.semantics()
 
     def semantics(self) -> Semantics:
         return Semantics(relevance_level=self.relevance_threshold, gain=self.gain, ties=self.ties)
@@ -61,9 +91,24 @@ class ScoredRun:
     unknown: list[str] = field(default_factory=list)  # trace query ids the golden set lacks
     final_k: int = DEFAULT_FINAL_K
     metrics: list[str] = field(default_factory=list)
+    unit_check: UnitCheck = field(default_factory=UnitCheck)  # units that failed validation (not credited)
 
     def __len__(self) -> int:
         return len(self.columns.get("metric", []))
+
+
+class Labels:
+    """The golden set's evidence as arrays, built once per run and shared by every batch it scores."""
+
+    def __init__(self, golden: GoldenSet, options: ScoringOptions):
+        self.golden, self.options = golden, options
+        self.index = idx = EvidenceIndex(golden)
+        self.relevant_ev = idx.grade >= options.relevance_threshold
+        ev_query = idx.key // idx.n_docs
+        self.n_rel_by_query = np.bincount(ev_query[self.relevant_ev],
+                                          minlength=len(golden.queries)).astype(np.float64)
+        self.judged_by_query = {q.query_id: sorted((e.grade for e in q.evidence), reverse=True)
+                                for q in golden.queries}
 
 
 def _flatten(lists: Sequence[Sequence[Unit]]):
@@ -82,12 +127,18 @@ class _Tap:
     """Span-credited grades and first-hit ranks for one ranked list per scored row."""
 
     def __init__(self, idx: EvidenceIndex, query_codes: np.ndarray,
-                 lists: Sequence[Sequence[Unit]], rule: HitRule):
+                 lists: Sequence[Sequence[Unit]], rule: HitRule, bad: Sequence[set[int]] | None = None):
         self.lengths, owner, rank, docs, starts, ends = _flatten(lists)
         n_rows = len(lists)
         dc = np.fromiter((idx.doc_codes.get(d, -1) for d in docs), dtype=np.int64, count=len(docs))
+        if bad is not None:
+            # a unit that failed validation keeps its rank but can hit nothing
+            offsets = np.cumsum(self.lengths) - self.lengths
+            drop = [offsets[i] + p for i, ps in enumerate(bad) for p in ps if p < self.lengths[i]]
+            dc[np.asarray(drop, dtype=np.int64)] = -1
         qc = query_codes[owner]
         keys = np.where((dc >= 0) & (qc >= 0), qc * idx.n_docs + dc, -1)
+        self._owner, self._rank, self._keys, self._starts, self._ends = owner, rank, keys, starts, ends
         unit, ev = idx.hit_pairs(keys, starts, ends, rule)
         # first rank at which each (row, evidence) pair is hit
         row_of, rank_of = owner[unit], rank[unit]
@@ -112,16 +163,38 @@ class _Tap:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(n_rel > 0, hits / np.maximum(n_rel, 1), np.nan)
 
+    def judged_fraction(self, idx: EvidenceIndex, k: int) -> np.ndarray:
+        """Per row: share of the top k units that overlap any labelled span of the query; NaN if empty."""
+        unit, _ = idx.hit_pairs(self._keys, self._starts, self._ends, HitRule("any_overlap"))
+        touched = np.zeros(len(self._keys), dtype=bool)
+        touched[unit] = True
+        top = self._rank <= k
+        num = np.bincount(self._owner[top & touched], minlength=self.n_rows).astype(np.float64)
+        den = np.minimum(self.lengths, k).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(den > 0, num / np.maximum(den, 1), np.nan)
+
 
 def score_traces(golden: GoldenSet, traces: Iterable[Trace], header: RunHeader | None = None,
                  options: ScoringOptions | None = None, *, trials: Sequence[int] | None = None,
-                 keys: Sequence[tuple[str, int]] | None = None,
-                 doc_lengths: dict[str, int] | None = None) -> ScoredRun:
+                 keys: Sequence[tuple[str, int]] | None = None, corpus: Any = None,
+                 lines: Mapping[tuple[str, int], int] | None = None, labels: Labels | None = None) -> ScoredRun:
     """Score every (golden query, trial) — or just ``keys`` — queries without a trace are scored as empty
-    and listed in ``missing``; traces of queries the golden set lacks are listed in ``unknown``."""
+    and listed in ``missing``; traces of queries the golden set lacks are listed in ``unknown``.
+
+    With ``corpus`` (a :class:`~ragassay.corpus.Corpus`, or a mapping doc_id -> canonical text) every unit is
+    validated first and the failures, located by ``lines`` when given, are in ``ScoredRun.unit_check``;
+    citations are checked against its document lengths. ``labels`` (from :class:`Labels`) saves rebuilding
+    the evidence arrays when a run is scored batch by batch.
+    """
     opt = options or ScoringOptions()
     rule = HitRule.parse(opt.hit_rule)
+    lab = labels if labels is not None and labels.golden is golden and labels.options == opt \
+        else Labels(golden, opt)
+    idx, relevant_ev = lab.index, lab.relevant_ev
     traces = list(traces)
+    check = validate_units(traces, corpus, lines) if corpus is not None else UnitCheck()
+    doc_lengths = _doc_lengths(corpus)
     by_key = {t.key: t for t in traces}
     unknown = sorted({t.query_id for t in traces if t.query_id not in golden})
     trial_ids = sorted(set(trials) if trials is not None else ({t.trial for t in traces} or {0}))
@@ -131,13 +204,9 @@ def score_traces(golden: GoldenSet, traces: Iterable[Trace], header: RunHeader |
     row_traces = [by_key.get(k) for k in rows]
     n = len(rows)
 
-    idx = EvidenceIndex(golden)
     query_codes = np.fromiter((idx.query_codes[q] for q, _ in rows), dtype=np.int64, count=n)
-    relevant_ev = idx.grade >= opt.relevance_threshold
-    ev_query = idx.key // idx.n_docs
-    n_rel_by_query = np.bincount(ev_query[relevant_ev], minlength=len(golden.queries)).astype(np.float64)
-    n_rel = n_rel_by_query[query_codes]
-    judged_lists = [[e.grade for e in golden[q].evidence] for q, _ in rows]
+    n_rel = lab.n_rel_by_query[query_codes]
+    judged_lists = [lab.judged_by_query[q] for q, _ in rows]
     sem = opt.semantics()
     final_k = _final_k(header)
 
@@ -149,8 +218,10 @@ def score_traces(golden: GoldenSet, traces: Iterable[Trace], header: RunHeader |
         cols["metric"].extend([metric] * n)
         cols["value"].extend(float(v) for v in values)
 
-    def tap(lists) -> _Tap:
-        return _Tap(idx, query_codes, lists, rule)
+    def tap(lists, names) -> _Tap:
+        bad = [check.bad_positions(k, nm) if rt is not None else set()
+               for k, rt, nm in zip(rows, row_traces, names, strict=True)] if check.count else None
+        return _Tap(idx, query_codes, lists, rule, bad)
 
     def ranking(t: _Tap, metrics: list[str]) -> dict[str, np.ndarray]:
         gm = GradeMatrix(query_ids=np.asarray([f"{q}\x00{tr}" for q, tr in rows], dtype=object),
@@ -162,18 +233,19 @@ def score_traces(golden: GoldenSet, traces: Iterable[Trace], header: RunHeader |
 
     branch_names = sorted({b for t in traces for b in t.branches})
     for b in branch_names:
-        t = tap([rt.branches.get(b, []) if rt else [] for rt in row_traces])
+        t = tap([rt.branches.get(b, []) if rt else [] for rt in row_traces], [f"branches.{b}"] * n)
         emit(f"recall@{b}_depth", t.recall_at(np.inf, relevant_ev, n_rel))
     # Which metrics exist depends on the traces' structure (a retrieval stage, a reranker, a generator),
     # never on whether a batch happens to have empty lists, so every batch of a run has the same metrics.
     has_retrieval = any(rt is not None and (rt.fused or rt.branches) for rt in row_traces)
     has_generation = any(rt is not None and (rt.outcome is not None or rt.packed) for rt in row_traces)
-    fused = tap([rt.fused if rt else [] for rt in row_traces])
+    fused = tap([rt.fused if rt else [] for rt in row_traces], ["fused"] * n)
     if has_retrieval:
         emit("recall@fusion_depth", fused.recall_at(np.inf, relevant_ev, n_rel))
     has_rerank = any(rt is not None and rt.reranked is not None for rt in row_traces)
     final_lists = [(rt.reranked if rt.reranked is not None else rt.fused) if rt else [] for rt in row_traces]
-    final = tap(final_lists) if has_rerank else fused
+    final_names = ["reranked" if rt is not None and rt.reranked is not None else "fused" for rt in row_traces]
+    final = tap(final_lists, final_names) if has_rerank else fused
     if has_retrieval:
         for k in opt.cutoffs:
             emit(f"recall@{k}", final.recall_at(k, relevant_ev, n_rel))
@@ -195,10 +267,12 @@ def score_traces(golden: GoldenSet, traces: Iterable[Trace], header: RunHeader |
         for name, mask in (("rerank_rescued", post_hit & ~pre_hit), ("rerank_broke", pre_hit & ~post_hit),
                            ("rerank_kept", pre_hit & post_hit), ("rerank_missed_both", ~pre_hit & ~post_hit)):
             emit(name, np.where(defined, mask.astype(np.float64), np.nan))
-    packed_lists = [rt.packed if rt else [] for rt in row_traces]
     if has_generation:
-        emit("recall@context", tap(packed_lists).recall_at(np.inf, relevant_ev, n_rel))
-        emit("context_tokens", np.asarray([rt.packed_tokens if rt else np.nan for rt in row_traces], dtype=float))
+        silent = np.fromiter((rt is not None and rt.outcome != "error" and not any(u for _, u in rt.unit_lists())
+                              for rt in row_traces), dtype=bool, count=n)
+        context = tap([rt.packed if rt else [] for rt in row_traces], ["packed"] * n)
+        emit("recall@context", np.where(silent, np.nan, context.recall_at(np.inf, relevant_ev, n_rel)))
+        emit("context_tokens", np.asarray([_context_tokens(rt) for rt in row_traces], dtype=float))
     if any(rt is not None and rt.outcome is not None for rt in row_traces):
         for name, values in _generation_rows(golden, rows, row_traces, doc_lengths):
             emit(name, values)
@@ -207,15 +281,35 @@ def score_traces(golden: GoldenSet, traces: Iterable[Trace], header: RunHeader |
     n_metrics = len(cols["metric"]) // n if n else 0
     stratum = [golden[q].stratum for q, _ in rows]
     latency = [rt.durations_ms.get("total") if rt else None for rt in row_traces]
+    judged = final.judged_fraction(idx, final_k)
     cols["stratum"] = stratum * n_metrics
     cols["latency_ms"] = latency * n_metrics
     cols["tokens_in"] = [rt.tokens_in if rt else None for rt in row_traces] * n_metrics
     cols["tokens_out"] = [rt.tokens_out if rt else None for rt in row_traces] * n_metrics
     cols["cost"] = [rt.cost if rt else None for rt in row_traces] * n_metrics
     cols["trace_id"] = [rt.trace_id if rt else None for rt in row_traces] * n_metrics
-    cols["judged_fraction"] = [None] * (n * n_metrics)
+    cols["judged_fraction"] = [None if np.isnan(j) else float(j) for j in judged] * n_metrics
     metrics = list(dict.fromkeys(cols["metric"]))
-    return ScoredRun(cols, len(traces), missing, unknown, final_k, metrics)
+    return ScoredRun(cols, len(traces), missing, unknown, final_k, metrics, check)
+
+
+def _context_tokens(rt: Trace | None) -> float:
+    """Tokens the packer delivered: a missing or failed trace delivered 0; NaN when nothing says how many
+    (no unit at any stage, or packed units without token counts and no ``packed_tokens``)."""
+    if rt is None or rt.outcome == "error":
+        return 0.0
+    if rt.packed_tokens or (rt.packed and all(u.tokens is not None for u in rt.packed)):
+        return float(rt.packed_tokens)
+    if rt.packed or not any(u for _, u in rt.unit_lists()):
+        return float("nan")
+    return 0.0
+
+
+def _doc_lengths(corpus: Any) -> dict[str, int] | None:
+    if corpus is None:
+        return None
+    docs = getattr(corpus, "docs", corpus)
+    return {d: len(getattr(v, "text", v)) for d, v in docs.items()}
 
 
 def _judged_matrix(judged_lists: list[list[int]]) -> np.ndarray:

@@ -1,5 +1,5 @@
 """Aggregates of a stored run, always recomputed from its rows: per-stage and per-stratum means with
-defined/undefined counts."""
+defined/undefined counts, the judged fraction, and latency percentiles over the measured requests."""
 
 from __future__ import annotations
 
@@ -61,5 +61,8 @@ def run_summary(results) -> dict:
     lat = np.asarray([cols["latency_ms"][i] for i in first.values() if cols["latency_ms"][i] is not None], float)
     latency = ({"p50": float(np.percentile(lat, 50)), "p95": float(np.percentile(lat, 95)),
                 "p99": float(np.percentile(lat, 99)), "n": int(len(lat))} if len(lat) else None)
+    # judged fraction: share of a row's top final_k units touching a labelled span (NULL for an empty list)
+    jf_mean, jf_n, jf_undef = _mean([cols["judged_fraction"][i] for i in first.values()])
     return {"metrics": metrics, "strata": strata, "per_stratum": per_stratum, "latency_ms": latency,
+            "judged_fraction": {"mean": jf_mean if jf_n else None, "n": jf_n, "n_undefined": jf_undef},
             "n_rows": len(cols["metric"]), "n_items": len(first)}

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
@@ -20,21 +21,20 @@ HEADLINE = ("recall@fusion_depth", "ndcg@final_k", "recall@context", "answer_f1"
 STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")
 CORPUS_OPT = typer.Option(None, "--corpus", help="Corpus dir or .jsonl (default: the bundled licenses).")
 GOLDEN_OPT = typer.Option(None, "--golden", help="Built golden set dir or authoring file (default: bundled).")
+PIN_OPT = typer.Option(False, "--allow-pin-mismatch",
+                       help="Score traces whose header names another corpus digest or dataset version "
+                            "(recorded with the run).")
 
 
 def _fmt(x: float | None) -> str:
     return "undefined" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
 
-def print_run_summary(rec, summary: dict, golden_manifest: dict | None = None) -> None:
-    console.print(f"[bold]{rec.name}[/] run {rec.run_id}  dataset {rec.dataset_version}  "
-                  f"{summary['n_items']} (query, trial) items  hit rule {rec.hit_rule}  "
-                  f"relevant: grade ≥ {rec.relevance_threshold}  gain {rec.gain}")
-    if golden_manifest:
-        mk = golden_manifest.get("match_kinds", {})
-        n_ev = golden_manifest.get("n_evidence", 0)
-        console.print(f"parse ceiling: {n_ev}/{n_ev} evidence spans located in the parsed corpus "
-                      f"({', '.join(f'{k} {v}' for k, v in mk.items())})")
+def print_run_summary(rec, summary: dict) -> None:
+    # user-supplied names go through escape(): a run called "[/bold]" must print, not crash rich
+    console.print(f"[bold]{escape(rec.name)}[/] run {rec.run_id}  dataset {escape(str(rec.dataset_version))}  "
+                  f"{summary['n_items']} (query, trial) items  hit rule {escape(str(rec.hit_rule))}  "
+                  f"relevant: grade ≥ {rec.relevance_threshold}  gain {escape(str(rec.gain))}")
     t = Table(title="per stage", show_edge=False)
     for c in ("stage", "metric", "mean", "defined", "undefined"):
         t.add_column(c, justify="right" if c in ("mean", "defined", "undefined") else "left")
@@ -53,32 +53,57 @@ def print_run_summary(rec, summary: dict, golden_manifest: dict | None = None) -
             st.add_row(Text(s), *[Text(_fmt(cell[(m, s)]["mean"]) + f" ({cell[(m, s)]['n_defined']})"
                                        if (m, s) in cell else "") for m in shown])
         console.print(st)
+    jf = summary["judged_fraction"]
+    if jf["n"]:
+        console.print(f"judged fraction: {jf['mean']:.3f} of the top final_k units overlap a labelled span "
+                      f"(mean over {jf['n']} (query, trial) items; {jf['n_undefined']} with an empty list)")
+    extra = rec.extra or {}
+    tokens = extra.get("context_tokens_mean")
+    if tokens is not None:
+        budget = ((rec.config or {}).get("packer") or {}).get("budget_tokens")
+        of = f" (budget {budget:,})" if isinstance(budget, int) else ""
+        console.print(f"context delivered: {tokens:,.0f} tokens per query on average{of}")
     if summary["latency_ms"]:
         lat = summary["latency_ms"]
         console.print(f"latency per query: p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms, "
                       f"p99 {lat['p99']:.1f} ms (n = {lat['n']})")
+    else:
+        console.print("latency: not measured (no per-request times in this run)")
+    n_bad = int(extra.get("unit_failures", 0))
+    if n_bad:
+        console.print(f"{n_bad} unit(s) failed validation against the corpus and were not credited:",
+                      style="yellow")
+        for line in extra.get("unit_failure_examples", [])[:10]:
+            console.print(f"  {line}", style="yellow", markup=False)
+    for w in extra.get("warnings", []):
+        console.print(f"warning: {w}", style="yellow", markup=False)
     console.print("[dim]undefined = no relevant evidence for that query (e.g. recall on a negative query) "
-                  "or no value to score; never counted as 0[/]")
+                  "or nothing to measure (no context reported, no token counts); never counted as 0[/]")
 
 
-def _report(st, run_id: str, info: dict | None, manifest: dict, store: Path, json_out: bool) -> None:
+def _report(st, run_id: str, info: dict | None, store: Path, json_out: bool) -> None:
     rec = st.get_run(run_id)
     summary = run_summary(st.results(run_id))
     if json_out:
-        print_json({"run": rec.to_dict(), "summary": summary, "import": info})
+        print_json({"run": rec.to_dict(), "summary": summary, "import": info,
+                    "warnings": (rec.extra or {}).get("warnings", [])})
         return
-    print_run_summary(rec, summary, manifest)
+    print_run_summary(rec, summary)
     if info:
         print_import(info)
-    console.print(f"stored as run [bold]{rec.run_id}[/] in {store}")
+    console.print(f"stored as run [bold]{rec.run_id}[/] in {escape(str(store))}")
 
 
 def print_import(info: dict) -> None:
     console.print(f"imported {info['n_traces']} traces: {info['schema_failures']} malformed record(s), "
+                  f"{info['unit_failures']} unit(s) failing validation, "
                   f"{len(info['unknown_queries'])} unknown query id(s), {info['missing']} golden "
-                  "(query, trial) without a trace (scored as empty)")
+                  "(query, trial) without a trace (scored as empty)", markup=False)
     for p in info["problems"][:10]:
         console.print(f"  {p}", style="yellow", markup=False)
+    for k, v in (info.get("pin_mismatch") or {}).items():
+        console.print(f"warning: scored despite a pin mismatch: {k} {v['traces']} in the traces, {v['golden']} "
+                      "in the golden set", style="yellow", markup=False)
 
 
 def run(
@@ -90,7 +115,11 @@ def run(
     name: str = typer.Option(None, "--name", help="Run name (default: the config's name)."),
     resume: str = typer.Option(None, "--resume", help="Finish an interrupted run (run id, prefix or name)."),
     traces: Path = typer.Option(None, "--traces", help="Import traces from this JSONL instead of running."),
-    traces_dir: Path = typer.Option(None, "--traces-dir", help="Also write the run's traces here."),
+    traces_dir: Path = typer.Option(None, "--traces-dir", help="Also write the run's traces here (a new or "
+                                    "empty folder, or one ragassay wrote traces to)."),
+    batched: bool = typer.Option(False, "--batched", help="Run retrieval for 64 queries at a time: faster, but "
+                                 "no per-request latency exists (stored as NULL)."),
+    allow_pin_mismatch: bool = PIN_OPT,
     hit_rule: str = typer.Option("any_overlap", "--hit-rule", help="any_overlap | min_fraction:F | doc"),
     threshold: int = typer.Option(2, "--threshold", help="Relevant = grade ≥ this."),
     gain: str = typer.Option("exp", "--gain", help="nDCG gain: exp | linear."),
@@ -100,24 +129,26 @@ def run(
     from ragassay.analysis.runner import load_inputs, run_pipeline_into_store, score_traces_into_store
     from ragassay.analysis.scoring import ScoringOptions
 
-    corp, gs = load_inputs(corpus, golden)
     opts = ScoringOptions(hit_rule=hit_rule, relevance_threshold=threshold, gain=gain)
+    corp, gs = load_inputs(corpus, golden)
     with Store.open(store) as st:
         info = None
         if traces is not None:
-            run_id, info = score_traces_into_store(st, traces, corp, gs, options=opts, name=name)
+            run_id, info = score_traces_into_store(st, traces, corp, gs, options=opts, name=name,
+                                                   allow_pin_mismatch=allow_pin_mismatch)
         else:
             cols = (TextColumn("[bold]scoring {task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeRemainingColumn())
             with Progress(*cols, transient=True, disable=json_out, console=console) as bar:
-                task = bar.add_task(name or config.stem, total=None)
+                task = bar.add_task(escape(name or config.stem), total=None)
 
                 def tick(done: int, total: int) -> None:
                     bar.update(task, completed=done, total=total)
 
                 run_id, _ = run_pipeline_into_store(st, config, corp, gs, trials=trials, options=opts, name=name,
-                                                    resume=resume, traces_dir=traces_dir, progress=tick)
-        _report(st, run_id, info, gs.manifest, store, json_out)
+                                                    resume=resume, traces_dir=traces_dir, batched=batched,
+                                                    progress=tick)
+        _report(st, run_id, info, store, json_out)
 
 
 def score(
@@ -129,17 +160,19 @@ def score(
     hit_rule: str = typer.Option("any_overlap", "--hit-rule"),
     threshold: int = typer.Option(2, "--threshold"),
     gain: str = typer.Option("exp", "--gain"),
+    allow_pin_mismatch: bool = PIN_OPT,
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Score another system's traces against a golden set and store them as a run."""
     from ragassay.analysis.runner import load_inputs, score_traces_into_store
     from ragassay.analysis.scoring import ScoringOptions
 
-    corp, gs = load_inputs(corpus, golden)
     opts = ScoringOptions(hit_rule=hit_rule, relevance_threshold=threshold, gain=gain)
+    corp, gs = load_inputs(corpus, golden)
     with Store.open(store) as st:
-        run_id, info = score_traces_into_store(st, traces, corp, gs, options=opts, name=name)
-        _report(st, run_id, info, gs.manifest, store, json_out)
+        run_id, info = score_traces_into_store(st, traces, corp, gs, options=opts, name=name,
+                                               allow_pin_mismatch=allow_pin_mismatch)
+        _report(st, run_id, info, store, json_out)
 
 
 def runs(store: Path = STORE_OPT, json_out: bool = typer.Option(False, "--json")) -> None:

@@ -3,8 +3,10 @@
 Indexes are built once per :class:`Pipeline` (timed into the run header); each query then emits one
 :class:`~ragassay.trace.schema.Trace` with every stage's output and per-stage wall time in ms
 (``bm25``, ``dense``, ``fusion``, ``rerank``, ``pack``, ``generate``, ``total``). :meth:`Pipeline.run_query`
-is the plain one-query path; :meth:`Pipeline.run_batch` (used by :meth:`Pipeline.run`) produces the same
-traces for many queries at once, several times faster. The three depths are
+is the plain one-query path, whose ``total`` is that request's own wall time; :meth:`Pipeline.run_batch`
+(used by :meth:`Pipeline.run`) produces the same traces for many queries at once, several times faster,
+but times only each item's own stages (no ``total``: a batched stage has no per-request time). The three
+depths are
 config values: ``bm25.depth`` / ``dense.depth`` (branch_depth), ``fusion.depth`` (fusion_depth) and
 ``reranker.final_k`` (how many ranked units are offered to the packer; the budget may take fewer).
 In oracle mode retrieval is skipped and the packed context is exactly the query's golden evidence spans
@@ -421,58 +423,49 @@ class Pipeline:
         return out
 
     def run_batch(self, items: Sequence[tuple[QueryLike, int]]) -> list[Trace]:
-        """Traces for many (query, trial) pairs at once; equal to ``[run_query(q, t) for q, t in items]``.
+        """Traces for many (query, trial) pairs at once; equal to ``[run_query(q, t) for q, t in items]``
+        except for the stage timings.
 
         BM25 scoring (one scatter-add), query embedding (one call), vector search and fusion run once for
         the whole batch, each distinct question once; reranking, packing and generation run per item on
         integer chunk rows. Every floating-point sum keeps the per-query order, so the traces are equal
         field for field (tested); they are built from trusted values without re-validation. Stage times:
-        ``bm25``, ``dense`` and ``fusion`` record each item's equal share of the batch time, the other
-        stages the item's own time, and ``total`` the item's own time plus its share of the batched part.
-        For single-query latencies, use :meth:`run_query`.
+        only the stages an item runs on its own (``rerank``, ``pack``, ``generate``) are recorded. The
+        batched stages serve every item at once, so no request has a time of its own for them and there
+        is no ``total``: splitting the batch's time evenly would invent a latency. For per-request
+        latencies, use :meth:`run_query`.
         """
         items = list(items)
         if not items:
             return []
         cfg = self.cfg
-        t_setup = time.perf_counter()
         questions = list(dict.fromkeys(q.question for q, _ in items))
         where = {q: j for j, q in enumerate(questions)}
-        shared: dict[str, float] = {}
         lists: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         fused: list[tuple[np.ndarray, np.ndarray]] = []
         batch_error: str | None = None
         try:
             if not cfg.oracle:
                 if self.bm25 is not None:
-                    t = time.perf_counter()
                     lists["bm25"] = self._bm25_batch([self.analyzer(q) for q in questions])
-                    shared["bm25"] = _ms(t) / len(items)
                 if self.dense_index is not None:
-                    t = time.perf_counter()
                     lists["dense"] = self._dense_batch(questions)
-                    shared["dense"] = _ms(t) / len(items)
-                t = time.perf_counter()
                 f = cfg.fusion
                 fused = fuse_batch(lists, f.method, f.k, f.weights, f.depth, self.uid_rank)
-                shared["fusion"] = _ms(t) / len(items)
         except Exception as exc:  # noqa: BLE001 - recorded on every trace of the batch, as run_query would
             batch_error = f"{type(exc).__name__}: {exc}"
-        setup_share = _ms(t_setup) / len(items)
         out = []
         with _gc_paused():
             for q, trial in items:
                 j = where[q.question]
                 out.append(self._finish(q, trial, {b: v[j] for b, v in lists.items()}, fused[j] if fused else None,
-                                        shared, setup_share, batch_error))
+                                        batch_error))
         return out
 
     def _finish(self, query: QueryLike, trial: int, lists: dict[str, tuple[np.ndarray, np.ndarray]],
-                fused: tuple[np.ndarray, np.ndarray] | None, shared: dict[str, float], setup_share: float,
-                batch_error: str | None) -> Trace:
-        t_all = time.perf_counter()
+                fused: tuple[np.ndarray, np.ndarray] | None, batch_error: str | None) -> Trace:
         cfg = self.cfg
-        dur = dict(shared)
+        dur: dict[str, float] = {}
         rec: dict[str, Any] = dict(trace_id=make_trace_id(self.config_sha, query.query_id, trial),
                                    query_id=query.query_id, trial=trial, question=query.question)
         try:
@@ -510,8 +503,6 @@ class Pipeline:
             self._generate_into(query, rec, dur)
         except Exception as exc:  # noqa: BLE001 - one failing query must not end a run; it is recorded
             rec = _error_record(rec, exc)
-        # The setup share already contains this item's share of the batched bm25 / dense stages.
-        dur["total"] = _ms(t_all) + setup_share
         rec["durations_ms"] = dur
         return Trace.model_construct(**rec)
 
@@ -534,7 +525,7 @@ class Pipeline:
         """Run every query ``trials`` times; returns the run header and the traces in (trial, query) order.
 
         Queries go through :meth:`run_batch` ``batch_size`` at a time (the traces equal those of
-        :meth:`run_query`; only the stage timings differ, see :meth:`run_batch`).
+        :meth:`run_query`; only the stage timings differ: no per-request total, see :meth:`run_batch`).
         """
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
