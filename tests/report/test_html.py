@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from report_fixtures import DOC_TEXT, N_QUERIES, PAYLOADS, PWN_IMG, PWN_SCRIPT, make_data
 
-from ragassay.errors import SchemaError
+from ragassay.errors import InputError, SchemaError
 from ragassay.report import fmt as F
 from ragassay.report import render_report
 
@@ -502,7 +502,8 @@ def test_write_is_atomic_and_leaves_no_temp_files(data, tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError, match="disk full"):
+    # a failed write is a clean error naming the file, and the earlier report is untouched
+    with pytest.raises(InputError, match=r"index.html: cannot write the file \(disk full\)"):
         render_report({"title": "other", "runs": [{"name": "x"}]}, out)
     assert os.listdir(out) == ["index.html"] and p.read_bytes() == before
     monkeypatch.undo()
@@ -515,3 +516,31 @@ def test_template_never_marks_data_safe():
     template = (root / "templates" / "report.html.j2").read_text(encoding="utf-8")
     assert not re.search(r"\|\s*safe\b", template)
     assert "autoescape false" not in template.lower()
+
+
+def test_warnings_refused_metrics_and_rebaselined_pins_are_shown_as_text(data, tmp_path):
+    hostile = "[/bold]<script>alert(1)</script>"
+    data = {**data, "warnings": [f"run {hostile}: traces folder /x does not exist; pass --traces-dir"],
+            "traces_unavailable": [{"run": hostile, "reason": "traces folder /x does not exist"}]}
+    data["comparisons"][0] = {**data["comparisons"][0],
+                              "pin_differences": [{"pin": "hit_rule", "a": "any_overlap", "b": hostile}],
+                              "excluded": [{"metric": "recall@final_k", "reason": "final_k differs: 10 (A) vs 5 (B)"}]}
+    page = render_report(data, tmp_path / "r").read_text(encoding="utf-8")
+    assert "<script>alert(1)</script>" not in page
+    esc = "[/bold]&lt;script&gt;alert(1)&lt;/script&gt;"
+    assert f"Warning: run {esc}: traces folder /x does not exist; pass --traces-dir" in page
+    assert f'Per-query traces unavailable for <span class="run-chip">{esc}</span>' in page
+    assert f'<span class="mono">hit_rule</span> any_overlap → {esc}' in page
+    assert ('Not compared: <span class="mono">recall@final_k</span> — final_k differs: 10 (A) vs 5 (B).'
+            in page)
+
+
+def test_a_derived_pin_missing_on_one_run_is_not_a_conflict(data):
+    from ragassay.report.html import build_context
+
+    data = {**data, "runs": [{**r, "pins": {**r.get("pins", {}), "cutoffs": [1, 5, 10] if i else None,
+                                            "final_k": 10}} for i, r in enumerate(data["runs"])]}
+    ctx = build_context(data)
+    assert "cutoffs" not in ctx["runs"]["pins_conflict"] and "final_k" not in ctx["runs"]["pins_conflict"]
+    data["runs"][1]["pins"]["final_k"] = 5
+    assert "final_k" in build_context(data)["runs"]["pins_conflict"]
