@@ -676,7 +676,8 @@ class _Lines:
 
 
 _NUMBER = re.compile(rb"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity|nan)", re.IGNORECASE)
-_INTEGER = re.compile(rb"-?\d+")
+_INTEGER_TEXT = r"^-?[0-9]{1,18}$"  # decimal, within int64
+_INTEGER = re.compile(_INTEGER_TEXT.strip("^$").encode())
 _COMMENT = re.compile(rb"(?m)^#[^\n]*")
 
 
@@ -746,11 +747,16 @@ def _read_table(
             column_types=types, include_columns=list(types), null_values=[], strings_can_be_null=False
         ),
     )
+    with open(p, "rb") as fh:
+        # NUL bytes are valid UTF-8 and would parse as ids; like git, a NUL in the first 8 KiB marks a binary
+        # file, which the line checks below reject with its line
+        binary = b"\x00" in fh.read(8192)
     try:
-        table = pacsv.read_csv(p, **opts)
-        # a comment line that happens to have the right fields parses; it must still be skipped
-        if not pc.any(pc.starts_with(table[names[0]], "#")).as_py():
-            return table, _Lines(p, None)
+        if not binary:
+            table = pacsv.read_csv(p, **opts)
+            # a comment line that happens to have the right fields parses; it must still be skipped
+            if not pc.any(pc.starts_with(table[names[0]], "#")).as_py():
+                return table, _Lines(p, None)
     except pa.ArrowInvalid:
         pass
     raw = Path(p).read_bytes()
@@ -759,6 +765,8 @@ def _read_table(
     data = _clean(raw, len(names), extra_ok)
     if not data.strip():
         raise InputError(f"{p}: file holds only '#' comment lines; expected '{what}' lines")
+    if binary:
+        raise _first_bad_line(p, data, len(names), numeric, what, extra_ok)
     try:
         table = pacsv.read_csv(pa.BufferReader(data), **opts)
     except pa.ArrowInvalid as exc:
@@ -778,14 +786,18 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
     table, lines = _read_table(
         path,
         ["qid", "iter", "docid", "rel"],
-        {"qid": pa.string(), "docid": pa.string(), "rel": pa.int64()},
+        {"qid": pa.string(), "docid": pa.string(), "rel": pa.string()},
         QRELS_FIELDS,
         {3: int},
         extra_ok=False,
     )
-    return Qrels.from_arrays(
-        table["qid"], table["docid"], table["rel"].to_numpy(), source=str(path), line_of=lines
-    )
+    # Arrow's integer parser also reads hex ("0x10" -> 16), which trec_eval does not: grades are checked as
+    # decimal text first, so a grade is what it reads as and every reader accepts the same lines
+    if not pc.all(pc.match_substring_regex(table["rel"], _INTEGER_TEXT)).as_py():
+        data = _clean(Path(path).read_bytes(), 4, extra_ok=False)
+        raise _first_bad_line(str(path), data, 4, {3: int}, QRELS_FIELDS, extra_ok=False)
+    grades = pc.cast(table["rel"], pa.int64()).to_numpy()
+    return Qrels.from_arrays(table["qid"], table["docid"], grades, source=str(path), line_of=lines)
 
 
 def read_run(path: str | os.PathLike) -> Run:
