@@ -130,6 +130,10 @@ def run(
     from ragassay.analysis.scoring import ScoringOptions
 
     opts = ScoringOptions(hit_rule=hit_rule, relevance_threshold=threshold, gain=gain)
+    if traces_dir is not None:
+        from ragassay.fsio import check_output_dir
+
+        check_output_dir(traces_dir, "traces")  # before the store is created: a refusal leaves no trace
     corp, gs = load_inputs(corpus, golden)
     with Store.open(store) as st:
         info = None
