@@ -13,12 +13,11 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.malformed.conftest import tree_digest
 
 from ragassay.analysis.demo import demo_config_dir
 from ragassay.corpus import load_corpus
 from ragassay.golden import build_golden
-
-from tests.malformed.conftest import tree_digest
 
 RAW = {
     "grep": "GREP(1)\r\n\r\nNAME\r\n    grep  -  print lines that match patterns\r\n\r\nDESCRIPTION\r\n"
