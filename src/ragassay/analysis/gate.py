@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ragassay.analysis.compare import Comparison, compare_runs
+from ragassay.analysis.compare import Comparison, _p_text, compare_runs
 from ragassay.analysis.directions import higher_is_better
 from ragassay.errors import InputError
 from ragassay.stats import n_for_mde
@@ -179,7 +179,7 @@ def statistical_check(metric: str, delta: float, lo: float, hi: float, min_effec
     higher = higher_is_better(metric)
     drop, ci_worst, ci_best = (-delta, -hi, -lo) if higher else (delta, lo, hi)
     alpha = 1 - confidence
-    p_text = "" if p_adj is None else f", BH-adjusted p {'undefined' if p_adj != p_adj else f'{p_adj:.3f}'}"
+    p_text = "" if p_adj is None else f", BH-adjusted p {_p_text(p_adj)}"
     ci_text = f"Δ {delta:+.3f}, {confidence:.0%} CI [{lo:+.3f}, {hi:+.3f}]{p_text}, minimum effect {min_effect:g}"
     significant = p_adj is None or p_adj < alpha
     if ci_worst > 0 and ci_best > 0 and significant:  # whole interval on the regression side
