@@ -54,6 +54,31 @@ def test_kappa_with_declared_label_order_matches_sklearn():
         cohen_kappa(a, b, labels=["low", "mid"])
 
 
+def test_kappa_labels_differences_from_sklearn_are_the_documented_ones():
+    a = ["low", "mid", "high", "mid", "low", "high", "mid"]
+    b = ["low", "high", "high", "mid", "mid", "high", "low"]
+    # a declared but unused label changes nothing, in either library
+    wide = ["low", "mid", "high", "extra"]
+    for w in (None, "linear", "quadratic"):
+        assert cohen_kappa(a, b, weights=w, labels=wide) == pytest.approx(
+            cohen_kappa_score(a, b, weights=w, labels=wide), abs=1e-12
+        )
+    # (1) labels leaving out an observed value: scikit-learn drops the 3 items that use "high" and scores
+    # the other 4 (low/low, mid/mid, low/mid, mid/low: p_o = 1/2, p_e = (2*2 + 2*2)/16 = 1/2, kappa = 0)
+    # where all 7 items give p_o = 4/7, p_e = 16/49, kappa = 12/33; we raise
+    assert cohen_kappa_score(a, b, labels=["low", "mid"]) == pytest.approx(0.0, abs=1e-12)
+    assert cohen_kappa(a, b) == pytest.approx(12 / 33, abs=1e-12) == cohen_kappa_score(a, b)
+    assert cohen_kappa([x for x, y in zip(a, b, strict=True) if "high" not in (x, y)],
+                       [y for x, y in zip(a, b, strict=True) if "high" not in (x, y)]) == pytest.approx(0.0)
+    with pytest.raises(InputError, match=r"observed values \['high'\] are not in the declared labels"):
+        cohen_kappa(a, b, labels=["low", "mid"])
+    # (2) undefined kappa: scikit-learn warns and returns NaN; we raise
+    with pytest.warns(UserWarning):
+        assert np.isnan(cohen_kappa_score(["y", "y"], ["y", "y"]))
+    with pytest.raises(InputError, match="kappa is undefined"):
+        cohen_kappa(["y", "y"], ["y", "y"])
+
+
 def test_kappa_degenerate_inputs():
     with pytest.raises(InputError, match="undefined"):
         cohen_kappa([1, 1, 1], [1, 1, 1])

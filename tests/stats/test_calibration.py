@@ -33,6 +33,24 @@ def test_reliability_bins_and_ece_match_sklearn_calibration_curve(seed, bins):
     assert sum(b.count for b in rel.bins) == p.size
 
 
+def test_a_score_on_an_inner_edge_lands_one_bin_higher_than_in_sklearn():
+    # 4 bins, edges 0, .25, .5, .75, 1; 0.25 is an inner edge
+    p, y = np.array([0.1, 0.25]), np.array([0, 1])
+    rel = reliability(p, y, bins=4)
+    # ours: [0, .25) holds 0.1, [.25, .5) holds 0.25 -> two bins, gaps |0.1 - 0| and |0.25 - 1|
+    assert [(b.lo, b.count, b.mean_score, b.frac_positive) for b in rel.bins] == [(0.0, 1, 0.1, 0.0),
+                                                                                  (0.25, 1, 0.25, 1.0)]
+    assert rel.ece == pytest.approx(0.5 * 0.1 + 0.5 * 0.75, abs=1e-15)
+    # scikit-learn: (lo, hi] puts 0.25 into the first bin with 0.1 -> one bin, mean 0.175, half positive
+    frac, mean_p = calibration_curve(y, p, n_bins=4, strategy="uniform")
+    np.testing.assert_allclose(mean_p, [0.175])
+    np.testing.assert_allclose(frac, [0.5])
+    # off the edges the two agree bin for bin
+    q = np.array([0.1, 0.26, 0.6, 0.9])
+    frac, mean_p = calibration_curve(np.array([0, 1, 1, 0]), q, n_bins=4, strategy="uniform")
+    assert [b.mean_score for b in reliability(q, np.array([0, 1, 1, 0]), bins=4).bins] == list(mean_p)
+
+
 def test_perfectly_calibrated_bins_have_zero_ece():
     p = np.repeat([0.25, 0.75], 8)
     y = np.r_[[1, 0, 0, 0] * 2, [1, 1, 1, 0] * 2]

@@ -66,6 +66,12 @@ def cohen_kappa(
     (quadratic) over label positions in sorted order (or the order of ``labels``), as in
     ``sklearn.metrics.cohen_kappa_score``. Raises InputError when chance agreement is total (both raters
     used one and the same label for every item), where kappa is 0/0.
+
+    Where it differs from ``cohen_kappa_score``: (1) an observed value missing from ``labels`` raises
+    InputError, while scikit-learn silently drops every item where either rater used it and scores the rest;
+    (2) undefined kappa raises, while scikit-learn warns and returns ``replace_undefined_by`` (NaN);
+    (3) there is no ``sample_weight``. With ``labels`` covering every observed value (extra, unused labels
+    included) the values are the same.
     """
     av, bv = _labels_pair(a, b, "a", "b")
     conf, cats = _confusion(av, bv, labels)

@@ -67,12 +67,16 @@ def reliability(p, y, *, bins: int = 10) -> Reliability:
     Bin b holds scores in [b/B, (b+1)/B), the last bin also 1.0. ECE = sum_b (n_b / n) |mean(p_b) - mean(y_b)|.
     Empty bins are omitted (they carry no weight). ECE below ~0.05 means thresholds on p are usable as
     probabilities; above it, recalibrate (:func:`fit_isotonic`) before choosing thresholds.
+
+    Differs from ``sklearn.calibration.calibration_curve(strategy="uniform")`` only for a score exactly on an
+    inner edge (``np.linspace(0, 1, B + 1)[1:-1]``): scikit-learn's bins are (lo, hi] (``searchsorted`` to the
+    left), so it puts such a score one bin lower than here. Every other score bins identically.
     """
     if int(bins) != bins or bins < 1:
         raise InputError(f"bins must be a positive integer, got {bins}")
     pv, yv = _scores_labels(p, y)
-    # Bin edges from linspace and a right-sided search, so edge values land where sklearn's
-    # calibration_curve puts them (p * bins can round across an edge).
+    # Edges from linspace (as scikit-learn), not p * bins, which can round across an edge; the right-sided
+    # search makes bins half-open [lo, hi), the convention stated above (scikit-learn's are (lo, hi]).
     edges = np.linspace(0.0, 1.0, bins + 1)
     idx = np.searchsorted(edges[1:-1], pv, side="right")
     count = np.bincount(idx, minlength=bins)
