@@ -175,8 +175,11 @@ def make_dir(path: Path) -> Path:
     return path
 
 
-def make_temp_dir(parent: Path, prefix: str) -> Path:
-    """A new uniquely named folder in ``parent``, mode from the umask (``mkdtemp`` would make it 0700)."""
+def make_temp_dir(parent: Path, prefix: str, target: Path | None = None) -> Path:
+    """A new uniquely named folder in ``parent``, mode from the umask (``mkdtemp`` would make it 0700).
+
+    Errors name ``target`` (the folder the temporary one will become) when given: that is the path the user
+    typed."""
     parent = make_dir(parent)
     for _ in range(100):
         tmp = parent / f"{prefix}{secrets.token_hex(6)}"
@@ -185,7 +188,7 @@ def make_temp_dir(parent: Path, prefix: str) -> Path:
         except FileExistsError:
             continue
         except OSError as e:
-            raise _os_error(tmp, e, "create a temporary folder") from e
+            raise _os_error(target or tmp, e, "create the folder") from e
         return tmp
     raise InputError(f"{parent}: cannot create a temporary folder (100 names taken); clean up {prefix}* entries")
 

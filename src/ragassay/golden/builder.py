@@ -335,7 +335,7 @@ def _write_atomic_dir(out: Path, files: dict[str, bytes]) -> None:
     if out.is_symlink() and out.exists():
         out = out.resolve()
     fsio.check_output_dir(out, OUTPUT_KIND)
-    tmp = fsio.make_temp_dir(out.parent, f".{out.name}.tmp-")
+    tmp = fsio.make_temp_dir(out.parent, f".{out.name}.tmp-", target=out)
     try:
         for name, data in files.items():
             with open(tmp / name, "wb") as f:
@@ -348,7 +348,7 @@ def _write_atomic_dir(out: Path, files: dict[str, bytes]) -> None:
                 os.replace(tmp / name, out / name)
             tmp.rmdir()
         elif out.exists():
-            old = fsio.make_temp_dir(out.parent, f".{out.name}.old-")
+            old = fsio.make_temp_dir(out.parent, f".{out.name}.old-", target=out)
             os.replace(out, old / out.name)
             os.replace(tmp, out)
             shutil.rmtree(old, ignore_errors=True)
