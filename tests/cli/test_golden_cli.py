@@ -1,4 +1,6 @@
 import json
+import os
+import stat
 import subprocess
 import sys
 
@@ -79,3 +81,47 @@ def test_check_warns_when_negatives_are_under_ten_percent(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "only 0.0% negative (unanswerable) queries" in " ".join(out.split())
     assert "label type binary" in " ".join(out.split())
+
+
+def test_rebuild_over_an_earlier_build_is_allowed_and_gets_shared_modes(tmp_path, capsys):
+    old = os.umask(0o022)
+    try:
+        src = tmp_path / "g.yaml"
+        src.write_text(GOOD)
+        out = tmp_path / "out"
+        main(["golden", "build", str(src), "--corpus", str(_corpus(tmp_path)), "-o", str(out)])
+        first = json.loads((out / "manifest.json").read_text())["dataset_version"]
+        src.write_text(GOOD.replace("grade: 3", "grade: 2"))
+        main(["golden", "build", str(src), "--corpus", str(_corpus(tmp_path)), "-o", str(out)])
+    finally:
+        os.umask(old)
+    second = json.loads((out / "manifest.json").read_text())["dataset_version"]
+    assert first != second and first.split("@")[0] == second.split("@")[0] == "g"
+    assert sorted(p.name for p in out.iterdir()) == ["golden.jsonl", "manifest.json"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    assert {stat.S_IMODE((out / n).stat().st_mode) for n in ("golden.jsonl", "manifest.json")} == {0o644}
+
+
+def test_build_into_an_existing_empty_folder_fills_it_in_place(tmp_path, capsys, monkeypatch):
+    src = tmp_path / "g.yaml"
+    src.write_text(GOOD)
+    corpus = _corpus(tmp_path)
+    work = tmp_path / "empty"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    main(["golden", "build", str(src), "--corpus", str(corpus), "-o", "."])
+    assert sorted(os.listdir(work)) == ["golden.jsonl", "manifest.json"] and os.getcwd() == str(work)
+    capsys.readouterr()
+    main(["golden", "check", ".", "--json"])
+    assert json.loads(capsys.readouterr().out)["manifest"]["n_queries"] == 2
+
+
+def test_markup_in_dataset_names_is_printed_literally(tmp_path, capsys):
+    src = tmp_path / "g.yaml"
+    src.write_text('dataset: "[/bold]x[red]"\nannotators: ["[/]"]\n' + GOOD)
+    main(["golden", "build", str(src), "--corpus", str(_corpus(tmp_path)), "-o", str(tmp_path / "out")])
+    assert "built [/bold]x[red]@" in capsys.readouterr().out
+    main(["golden", "check", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert "[/bold]x[red]@" in out and "annotators [/]" in out
