@@ -25,6 +25,12 @@ def test_run_score_compare_report(tmp_path, capsys):
     metrics = {m["metric"]: m for m in run["summary"]["metrics"]}
     assert metrics["recall@fusion_depth"]["n_undefined"] == 32  # the negative queries: undefined, not 0
     assert 0 < metrics["recall@fusion_depth"]["mean"] <= 1
+    extra = run["run"]["extra"]
+    assert extra["unit_failures"] == 0 and run["warnings"] == [] and extra["latency"] == "per query"
+    assert 0 < extra["context_tokens_mean"] <= 1000  # tokens delivered, under the 1,000-token budget
+    jf = run["summary"]["judged_fraction"]
+    assert jf["n"] == 171 and 0 < jf["mean"] < 0.5  # most top-10 units touch no labelled span
+    assert run["summary"]["latency_ms"]["n"] == 171
 
     # re-import the run's own traces, with one malformed record appended: counted, never dropped silently
     (trace_file,) = traces.glob("*.jsonl")
@@ -39,6 +45,8 @@ def test_run_score_compare_report(tmp_path, capsys):
     assert code == 0
     imported = json.loads(out)
     assert imported["import"]["schema_failures"] == 1 and imported["import"]["missing"] == 0
+    assert imported["import"]["unit_failures"] == 0 and imported["run"]["extra"]["unit_failure_examples"] == []
+    assert imported["run"]["extra"]["context_tokens_mean"] == pytest.approx(extra["context_tokens_mean"])
     assert imported["run"]["extra"]["problems"][0].startswith(f"{trace_file}:")
 
     code, out = cli(["compare", "bm25", "reimported", "--store", db, "--resamples", "500", "--json"], capsys)
@@ -63,3 +71,16 @@ def test_run_score_compare_report(tmp_path, capsys):
     page = (tmp_path / "rep" / "index.html").read_text()
     assert json.loads(out)["bytes"] == len(page.encode())
     assert 'id="queries"' in page and "plot-recall" in page
+
+
+def test_summary_prints_measured_figures_and_no_parse_ceiling(tmp_path, capsys):
+    code, out = cli(["run", str(demo_config_dir() / "hybrid_rerank.yaml"), "--store", str(tmp_path / "r.duckdb"),
+                     "--name", "[/bold]", "--batched"], capsys)
+    assert code == 0
+    assert "\n[/bold] run " in "\n" + out
+    assert "parse ceiling" not in out
+    assert "judged fraction: 0." in out and "of the top final_k units overlap a labelled span" in out
+    assert "tokens per query on average (budget 1,000)" in out
+    assert "latency: not measured (no per-request times in this run)" in out
+    code, out = cli(["runs", "--store", str(tmp_path / "r.duckdb"), "--json"], capsys)
+    assert [r["name"] for r in json.loads(out)] == ["[/bold]"]
