@@ -292,7 +292,11 @@ def validate_units(traces: Sequence[Trace], corpus: Any,
     lengths = np.fromiter((len(us) for _, _, us in lists), dtype=np.int64, count=len(lists))
     owner = np.repeat(np.arange(len(lists)), lengths)
     pos = np.arange(n) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    doc_names, doc_code = np.unique(np.array([u.doc_id for u in units], dtype=object), return_inverse=True)
+    # dense integer codes by first appearance: one dict pass, cheaper than sorting an array of strings
+    doc_codes: dict[str, int] = {}
+    doc_code = np.fromiter((doc_codes.setdefault(u.doc_id, len(doc_codes)) for u in units), dtype=np.int64,
+                           count=n)
+    doc_names = list(doc_codes)
     found = [docs.get(d) for d in doc_names]
     doc_len = np.array([-1 if d is None else len(d.text if rich else d) for d in found], dtype=np.int64)
     start = np.fromiter((u.start for u in units), dtype=np.int64, count=n)
@@ -319,7 +323,9 @@ def validate_units(traces: Sequence[Trace], corpus: Any,
     flag(5, text_bad)
     flag(6, has_score & ~np.isfinite(score))
     # repeats within one list: the same unit_id, or the same (doc, start, end), after its first occurrence
-    _, uid_code = np.unique(np.array([u.unit_id for u in units], dtype=object), return_inverse=True)
+    uid_codes: dict[str, int] = {}
+    uid_code = np.fromiter((uid_codes.setdefault(u.unit_id, len(uid_codes)) for u in units), dtype=np.int64,
+                           count=n)
     first_of = np.full(n, -1, dtype=np.int64)
     for keys in ((owner, uid_code), (owner, doc_code, start, end)):
         order = np.lexsort((pos, *reversed(keys)))
