@@ -32,6 +32,10 @@ from ragassay import fsio
 from ragassay.errors import InputError, SchemaError
 from ragassay.store.schema import (
     DDL,
+    JUDGE_CALL_COLUMNS,
+    JUDGE_CALLS_DDL,
+    JUDGE_OUTCOMES,
+    JUDGE_PAID_OUTCOMES,
     QUERY_STATUSES,
     REQUIRED_ROW_COLUMNS,
     RESULT_COLUMNS,
@@ -186,6 +190,7 @@ class Store:
                 )
             self._con.execute("BEGIN TRANSACTION")
             self._con.execute(DDL)
+            self._con.execute(JUDGE_CALLS_DDL)
             self._con.execute(
                 "INSERT INTO schema_info VALUES (?, ?, ?)", [SCHEMA_VERSION, _now(), _ragassay_version()]
             )
@@ -215,6 +220,8 @@ class Store:
             raise SchemaError(
                 f"{self.path}: results store is missing table(s) {missing}; the file is damaged"
             )
+        if "judge_calls" not in present and not self.read_only:
+            self._con.execute(JUDGE_CALLS_DDL)
 
     def close(self) -> None:
         self._con.close()
@@ -503,6 +510,82 @@ class Store:
             values=values,
         )
 
+    # ------------------------------------------------------------------ judge calls
+    def record_judge_calls(self, records: Sequence[Mapping[str, Any]]) -> int:
+        """Insert judge-call records (dicts keyed by ``JUDGE_CALL_COLUMNS``) in one transaction; return the count.
+
+        ``created_at`` defaults to now and ``verdict`` (a dict or None) is stored as JSON. A record for a
+        (run_id, query_id, trial, item) already present replaces it. Every run_id must exist; any invalid
+        record rejects the whole batch with a ``SchemaError`` naming it, and nothing is written.
+        """
+        self._check_writable()
+        rows = [_judge_call_row(k, rec) for k, rec in enumerate(records)]
+        if not rows:
+            return 0
+        for run_id in sorted({r[0] for r in rows}):
+            self._require_run(run_id)
+        keys = [tuple(r[:4]) for r in rows]
+        if len(set(keys)) != len(keys):
+            dup = next(k for k in keys if keys.count(k) > 1)
+            raise SchemaError(f"judge calls: key (run_id, query_id, trial, item) = {dup} appears twice in one "
+                              "batch; send each item once")
+        cols = ", ".join(JUDGE_CALL_COLUMNS)
+        marks = ", ".join("?::JSON" if c == "verdict" else "?" for c in JUDGE_CALL_COLUMNS)
+        con = self._con
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.executemany(f"INSERT OR REPLACE INTO judge_calls ({cols}) VALUES ({marks})", rows)
+            con.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+        return len(rows)
+
+    def cached_judge_call(self, request_sha: str) -> dict[str, Any] | None:
+        """The stored call that answers ``request_sha`` — a paid outcome (not ``error``), preferring the
+        original paid call over rows that were themselves cache hits — or None."""
+        if not self._has_judge_calls():
+            return None
+        placeholders = ", ".join("?" for _ in JUDGE_PAID_OUTCOMES)
+        cur = self._con.execute(
+            f"SELECT {', '.join(JUDGE_CALL_COLUMNS)} FROM judge_calls WHERE request_sha = ? "
+            f"AND outcome IN ({placeholders}) ORDER BY cache_hit, created_at LIMIT 1",
+            [request_sha, *JUDGE_PAID_OUTCOMES],
+        )
+        row = cur.fetchone()
+        return None if row is None else _judge_call_dict(row)
+
+    def judge_call(self, run_id: str, query_id: str, trial: int, item: str) -> dict[str, Any] | None:
+        """The call recorded for one (run, query, trial, item), or None."""
+        if not self._has_judge_calls():
+            return None
+        row = self._con.execute(
+            f"SELECT {', '.join(JUDGE_CALL_COLUMNS)} FROM judge_calls "
+            "WHERE run_id = ? AND query_id = ? AND trial = ? AND item = ?",
+            [run_id, query_id, trial, item],
+        ).fetchone()
+        return None if row is None else _judge_call_dict(row)
+
+    def judge_calls(self, run_ref: str) -> list[dict[str, Any]]:
+        """The run's judge calls sorted by (query_id, trial, item); ``verdict`` parsed back to a dict."""
+        run_id = self.get_run(run_ref).run_id
+        if not self._has_judge_calls():
+            return []
+        rows = self._con.execute(
+            f"SELECT {', '.join(JUDGE_CALL_COLUMNS)} FROM judge_calls WHERE run_id = ? "
+            "ORDER BY query_id, trial, item",
+            [run_id],
+        ).fetchall()
+        return [_judge_call_dict(r) for r in rows]
+
+    def _has_judge_calls(self) -> bool:
+        return bool(
+            self._con.execute(
+                "SELECT 1 FROM information_schema.tables WHERE table_catalog = current_database() "
+                "AND table_schema = 'main' AND table_name = 'judge_calls'"
+            ).fetchall()
+        )
+
     # ------------------------------------------------------------------ export
     def export_parquet(self, out_dir: str | Path, run_ids: Sequence[str] | None = None) -> dict[str, Path]:
         """Write ``runs``, ``results`` and ``query_status`` (all runs, or the given run refs) as Parquet files
@@ -552,6 +635,49 @@ def _export_table(con: duckdb.DuckDBPyConnection, query: str, target: Path) -> N
         tmp.unlink(missing_ok=True)
         raise InputError(f"{target}: cannot write the export ({e}); choose an empty or new folder you can "
                          "write to") from e
+
+
+_JUDGE_REQUIRED = ("run_id", "query_id", "trial", "item", "judge", "request_sha", "provider", "model",
+                   "outcome", "attempts", "cache_hit")
+_JUDGE_INT = ("trial", "max_tokens", "input_tokens", "output_tokens", "cached_tokens", "attempts")
+
+
+def _judge_call_row(k: int, rec: Mapping[str, Any]) -> list[Any]:
+    """Validate one judge-call record and return its values in ``JUDGE_CALL_COLUMNS`` order."""
+    if not isinstance(rec, Mapping):
+        raise SchemaError(f"judge call {k}: expected a mapping of columns, got {type(rec).__name__}")
+    unknown = sorted(set(rec) - set(JUDGE_CALL_COLUMNS))
+    if unknown:
+        raise SchemaError(f"judge call {k}: unknown column(s) {unknown}; allowed: {list(JUDGE_CALL_COLUMNS)}")
+    missing = [c for c in _JUDGE_REQUIRED if rec.get(c) is None]
+    if missing:
+        raise SchemaError(f"judge call {k}: required column(s) {missing} missing or null")
+    for c in _JUDGE_INT:
+        v = rec.get(c)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0):
+            raise SchemaError(f"judge call {k}: {c} = {v!r} must be an integer >= 0")
+    if rec["outcome"] not in JUDGE_OUTCOMES:
+        raise SchemaError(f"judge call {k}: outcome {rec['outcome']!r} must be one of {JUDGE_OUTCOMES}")
+    if not isinstance(rec["cache_hit"], bool):
+        raise SchemaError(f"judge call {k}: cache_hit must be true or false, got {rec['cache_hit']!r}")
+    for c in ("cost", "latency_ms", "temperature"):
+        v = rec.get(c)
+        if v is not None and not (isinstance(v, int | float) and np.isfinite(v) and v >= 0):
+            raise SchemaError(f"judge call {k}: {c} = {v!r} must be a finite number >= 0 or null")
+    verdict = rec.get("verdict")
+    if verdict is not None and not isinstance(verdict, Mapping):
+        raise SchemaError(f"judge call {k}: verdict must be a mapping or null, got {type(verdict).__name__}")
+    values = {c: rec.get(c) for c in JUDGE_CALL_COLUMNS}
+    values["verdict"] = None if verdict is None else json.dumps(verdict, sort_keys=True, ensure_ascii=False)
+    values["created_at"] = values["created_at"] or _now()
+    return [values[c] for c in JUDGE_CALL_COLUMNS]
+
+
+def _judge_call_dict(row: Sequence[Any]) -> dict[str, Any]:
+    rec = dict(zip(JUDGE_CALL_COLUMNS, row, strict=True))
+    if rec["verdict"] is not None:
+        rec["verdict"] = json.loads(rec["verdict"])
+    return rec
 
 
 def _check_metric_names(metrics: Sequence[str]) -> tuple[str, ...]:

@@ -3,7 +3,10 @@
 One row per (run, query, trial, metric) in ``results``; the pins that make runs comparable (dataset version,
 corpus digest, config sha, metric version, judge model, rubric sha, hit rule, gain, ties) live once per run in
 ``runs``; ``query_status`` records which (query, trial) pairs finished, written in the same transaction as
-their result rows so that "done" implies "all rows present". ``docs/store.md`` documents every column.
+their result rows so that "done" implies "all rows present". ``judge_calls`` holds one row per judge call
+made (or answered from the cache) for a (run, query, trial, item), and is the judge cache: a paid call's
+``request_sha`` is never paid again. ``docs/store.md`` documents the first four tables, ``docs/judges.md``
+the judge calls.
 """
 
 from __future__ import annotations
@@ -75,6 +78,73 @@ CREATE TABLE query_status (
 """
 
 TABLES = ("schema_info", "runs", "results", "query_status")
+
+JUDGE_OUTCOMES = ("ok", "cannot_judge", "refused", "truncated", "malformed", "error")
+# Outcomes that came back in a 2xx response and so were billed; only these answer a later identical request.
+# An `error` (nothing usable came back) is retried by the next run instead.
+JUDGE_PAID_OUTCOMES = ("ok", "cannot_judge", "refused", "truncated", "malformed")
+
+# Added without a schema version bump: stores written before it lack only this table, which is created on
+# the next writable open (a read-only open sees no judge calls), and an older ragassay ignores it.
+JUDGE_CALLS_DDL = f"""
+CREATE TABLE IF NOT EXISTS judge_calls (
+    run_id         VARCHAR NOT NULL,
+    query_id       VARCHAR NOT NULL,
+    trial          INTEGER NOT NULL,
+    item           VARCHAR NOT NULL,
+    judge          VARCHAR NOT NULL,
+    request_sha    VARCHAR NOT NULL,
+    provider       VARCHAR NOT NULL,
+    model          VARCHAR NOT NULL,
+    rubric_sha     VARCHAR,
+    prompt_sha     VARCHAR,
+    temperature    DOUBLE,
+    effort         VARCHAR,
+    max_tokens     INTEGER,
+    outcome        VARCHAR NOT NULL CHECK (outcome IN {JUDGE_OUTCOMES}),
+    reason         VARCHAR,
+    verdict        JSON,
+    stop_reason    VARCHAR,
+    input_tokens   INTEGER,
+    output_tokens  INTEGER,
+    cached_tokens  INTEGER,
+    cost           DOUBLE,
+    latency_ms     DOUBLE,
+    attempts       INTEGER NOT NULL,
+    cache_hit      BOOLEAN NOT NULL,
+    created_at     TIMESTAMP NOT NULL,
+    PRIMARY KEY (run_id, query_id, trial, item)
+);
+CREATE INDEX IF NOT EXISTS judge_calls_request_sha ON judge_calls (request_sha);
+"""
+
+JUDGE_CALL_COLUMNS = (
+    "run_id",
+    "query_id",
+    "trial",
+    "item",
+    "judge",
+    "request_sha",
+    "provider",
+    "model",
+    "rubric_sha",
+    "prompt_sha",
+    "temperature",
+    "effort",
+    "max_tokens",
+    "outcome",
+    "reason",
+    "verdict",
+    "stop_reason",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "cost",
+    "latency_ms",
+    "attempts",
+    "cache_hit",
+    "created_at",
+)
 
 # Columns a caller supplies per result row (run_id comes from the call, `defined` is derived from value).
 ROW_SCHEMA = pa.schema(

@@ -1,0 +1,16 @@
+"""LLM judge clients: one module per provider SDK, sharing ``base.JudgeClient`` (retries, concurrency,
+spend cap, the store as the cache). The SDKs are imported only when a client opens."""
+
+from ragassay.judges.providers.anthropic import AnthropicJudge
+from ragassay.judges.providers.base import (
+           JudgeClient,
+           JudgeRun,
+           JudgeStopped,
+           Price,
+           RetryPolicy,
+           price_table,
+)
+from ragassay.judges.providers.openai import OpenAIJudge
+
+__all__ = ["AnthropicJudge", "JudgeClient", "JudgeRun", "JudgeStopped", "OpenAIJudge", "Price", "RetryPolicy",
+           "price_table"]

@@ -1,0 +1,503 @@
+"""What every LLM judge client shares: concurrency, retries, timeouts, the spend cap, the store as the cache.
+
+A provider module implements only ``_open``, ``_close`` and ``_send`` (one attempt of one request through the
+real SDK, returning a ``Response`` or raising ``ProviderError``). ``JudgeClient.judge`` does the rest:
+
+- **Cache.** Before a request is sent, its ``request_sha`` is looked up in the store; a paid outcome (any
+  but ``error``) answers it, so the same request is never paid twice — across runs, after a kill (every
+  call is committed as it finishes) and inside one batch (identical requests in flight wait for the first).
+- **Concurrency.** At most ``concurrency`` requests are in flight (an ``asyncio.Semaphore``).
+- **Retries.** 408/409/429/5xx/529, connection errors and timeouts are retried up to ``max_attempts`` times
+  within ``item_deadline_s``, waiting the server's ``retry-after`` when it sends one (capped at
+  ``retry_after_max_s``) and otherwise full-jitter exponential backoff. Other HTTP errors end the item at
+  once; 401/403/404 also stop the run, since every later call would fail the same way.
+- **Spend cap.** A call starts only if the spend so far plus the worst-case cost of the calls in flight and
+  of this one stays within ``spend_cap``. The worst case bounds input tokens by the request's UTF-8 bytes
+  plus a fixed overhead (a byte-level BPE token covers at least one byte) and output by ``max_tokens``, so
+  the cap is not overshot. Once a call is refused, no new call starts; calls in flight finish and are
+  recorded; the rest are returned as ``not_started`` and a later run with a higher cap resumes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import math
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from ragassay.errors import InputError, RagassayError
+from ragassay.judges.protocol import (
+    PAID_OUTCOMES,
+    CallRecord,
+    Judgement,
+    JudgeRequest,
+    Outcome,
+    Sampling,
+    Verdict,
+    parse_verdict,
+    request_sha,
+)
+
+if TYPE_CHECKING:
+    from ragassay.store.db import Store
+
+log = logging.getLogger("ragassay.judges")
+
+# Tokens a provider adds around the prompt (role markers, the schema preamble) beyond the request's bytes.
+_INPUT_OVERHEAD_TOKENS = 256
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+FATAL_STATUS = frozenset({401, 403, 404})
+
+
+class JudgeStopped(RagassayError):
+    """A judge run stopped before every item was judged (spend cap, or an error every call would hit)."""
+
+
+# ---------------------------------------------------------------------------------------------- prices
+@dataclass(frozen=True)
+class Price:
+    """USD per million tokens. ``cached_input`` is the cache-read price, ``cache_write`` the cache-write
+    price; both default to ``input`` (no discount assumed unless the config says so)."""
+
+    input: float
+    output: float
+    cached_input: float | None = None
+    cache_write: float | None = None
+
+    def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0, cache_write_tokens: int = 0
+             ) -> float:
+        """Cost of one call; ``input_tokens`` are the uncached, unwritten input tokens only."""
+        cached = self.input if self.cached_input is None else self.cached_input
+        write = self.input if self.cache_write is None else self.cache_write
+        return (input_tokens * self.input + cached_tokens * cached + cache_write_tokens * write
+                + output_tokens * self.output) / 1e6
+
+    def worst_case(self, input_tokens: int, output_tokens: int) -> float:
+        highest_in = max(self.input, self.cached_input or 0.0, self.cache_write or 0.0)
+        return (input_tokens * highest_in + output_tokens * self.output) / 1e6
+
+
+def price_table(config: Mapping[str, Any], where: str = "prices") -> dict[str, Price]:
+    """Read ``{model: {input, output, cached_input?, cache_write?}}`` (USD per million tokens), checking
+    every value; an unknown key or a negative or non-numeric price is an ``InputError`` naming it."""
+    if not isinstance(config, Mapping):
+        raise InputError(f"{where}: expected a mapping of model id to prices, got {type(config).__name__}")
+    table = {}
+    allowed = ("input", "output", "cached_input", "cache_write")
+    for model, entry in config.items():
+        if not isinstance(model, str) or not model:
+            raise InputError(f"{where}: model ids must be non-empty strings, got {model!r}")
+        if not isinstance(entry, Mapping):
+            raise InputError(f"{where}.{model}: expected {{input: ..., output: ...}} in USD per million tokens")
+        unknown = sorted(set(entry) - set(allowed))
+        if unknown:
+            raise InputError(f"{where}.{model}: unknown key(s) {unknown}; allowed: {list(allowed)}")
+        values = {}
+        for key in allowed:
+            value = entry.get(key)
+            if value is None:
+                if key in ("input", "output"):
+                    raise InputError(f"{where}.{model}: '{key}' price missing (USD per million tokens)")
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+                    or value < 0:
+                raise InputError(f"{where}.{model}.{key}: {value!r} must be a number >= 0 (USD per million "
+                                 "tokens)")
+            values[key] = float(value)
+        table[model] = Price(**values)
+    return table
+
+
+# ---------------------------------------------------------------------------------------------- policy
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounds of one item's attempts: a count and a wall-clock deadline, both always finite."""
+
+    max_attempts: int = 5
+    timeout_s: float = 60.0
+    item_deadline_s: float = 300.0
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    retry_after_max_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) \
+                or not 1 <= self.max_attempts <= 100:
+            raise InputError(f"max_attempts = {self.max_attempts!r} must be an integer in [1, 100]")
+        for name in ("timeout_s", "item_deadline_s", "backoff_base_s", "backoff_max_s", "retry_after_max_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+                    or value < 0 or (value == 0 and name in ("timeout_s", "item_deadline_s")):
+                raise InputError(f"{name} = {value!r} must be a finite number > 0 seconds")
+
+    def backoff(self, attempt: int, rng: random.Random) -> float:
+        """Full-jitter exponential backoff after failed attempt ``attempt`` (1-based)."""
+        return rng.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1)))
+
+
+# ---------------------------------------------------------------------------------------------- wire types
+@dataclass(frozen=True)
+class Response:
+    """One 2xx response, normalized. ``stop`` is decided by the provider module from its stop reason
+    before any content is read. ``input_tokens`` are uncached input tokens; ``cached_tokens`` cache reads;
+    ``cache_write_tokens`` tokens written to the prompt cache."""
+
+    stop: Literal["complete", "refused", "truncated"]
+    stop_reason: str | None
+    text: str | None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    refusal: str | None = None
+
+
+class ProviderError(Exception):
+    """One failed attempt, classified by the provider module."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool,
+                 retry_after: float | None = None):
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+    @property
+    def fatal(self) -> bool:
+        return self.status in FATAL_STATUS
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date), else None."""
+    if not headers:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            value = float(ms) / 1000.0
+            if math.isfinite(value) and value >= 0:
+                return value
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+        return value if math.isfinite(value) and value >= 0 else None
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+# ---------------------------------------------------------------------------------------------- run result
+@dataclass
+class JudgeRun:
+    """What a ``judge`` call did: one judgement per started request (in request order), the requests never
+    started, why the run stopped early (None if it did not) and the money spent in this run."""
+
+    judgements: list[Judgement]
+    not_started: list[JudgeRequest]
+    stopped: str | None
+    spend: float
+    counts: Counter[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.counts = Counter(j.outcome for j in self.judgements)
+
+    @property
+    def paid_calls(self) -> int:
+        """Calls answered by the provider in this run (not from the cache)."""
+        return sum(1 for j in self.judgements if not j.record.cache_hit and j.outcome in PAID_OUTCOMES)
+
+    @property
+    def cache_hits(self) -> int:
+        return sum(1 for j in self.judgements if j.record.cache_hit)
+
+    def raise_if_stopped(self) -> None:
+        if self.stopped is not None:
+            raise JudgeStopped(
+                f"judge run stopped: {self.stopped}; {len(self.judgements)} item(s) judged, "
+                f"{len(self.not_started)} not started, ${self.spend:.4f} spent. Every finished call is stored, "
+                "so running the same items again pays only for the ones not started"
+            )
+
+
+# ---------------------------------------------------------------------------------------------- the client
+class JudgeClient:
+    """Shared async judge client; subclasses speak one provider's SDK.
+
+    ``api_key`` is held only in memory: it is never written to a record, the store, a log line or an error
+    message, and it is not part of the request sha."""
+
+    provider: ClassVar[str] = ""
+    api_key_env: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        sampling: Sampling,
+        prices: Mapping[str, Price],
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        concurrency: int = 8,
+        retry: RetryPolicy | None = None,
+        spend_cap: float | None = None,
+        store: Store | None = None,
+        seed: int | None = None,
+    ):
+        if sampling.model not in prices:
+            raise InputError(
+                f"no price for model {sampling.model!r} in the judge config's prices "
+                f"(known: {sorted(prices)}); add {{input: ..., output: ...}} in USD per million tokens "
+                "(0 for a local server)"
+            )
+        if isinstance(sampling.max_tokens, bool) or not isinstance(sampling.max_tokens, int) \
+                or sampling.max_tokens < 1:
+            raise InputError(f"max_tokens = {sampling.max_tokens!r} must be an integer >= 1")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 1024:
+            raise InputError(f"concurrency = {concurrency!r} must be an integer in [1, 1024]")
+        if spend_cap is not None and (isinstance(spend_cap, bool) or not isinstance(spend_cap, int | float)
+                                      or not math.isfinite(spend_cap) or spend_cap < 0):
+            raise InputError(f"spend_cap = {spend_cap!r} must be a number >= 0 (USD) or None for no cap")
+        self.sampling = sampling
+        self.price = prices[sampling.model]
+        # Read once, here, so a key set later in the environment cannot change a running judge.
+        self._api_key = api_key if api_key is not None else os.environ.get(self.api_key_env) or None
+        if not self._api_key:
+            raise InputError(f"no API key for the {self.provider} judge: set {self.api_key_env} (a local "
+                             "OpenAI-compatible server takes any non-empty value) or pass api_key")
+        self.base_url = base_url
+        self.concurrency = concurrency
+        self.retry = retry or RetryPolicy()
+        self.spend_cap = spend_cap
+        self.store = store
+        self._rng = random.Random(seed)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.sampling.model!r}, base_url={self.base_url!r})"
+
+    # -- provider hooks
+    async def _open(self) -> None:
+        raise NotImplementedError
+
+    async def _close(self) -> None:
+        raise NotImplementedError
+
+    async def _send(self, request: JudgeRequest, timeout: float) -> Response:
+        raise NotImplementedError
+
+    # -- public
+    def run(self, requests: Sequence[JudgeRequest]) -> JudgeRun:
+        """``judge`` from synchronous code (starts and closes an event loop)."""
+        return asyncio.run(self.judge(requests))
+
+    async def judge(self, requests: Sequence[JudgeRequest]) -> JudgeRun:
+        """Judge every request; see the module docstring for caching, retries and the spend cap."""
+        requests = list(requests)
+        keys = [r.key for r in requests]
+        if len(set(keys)) != len(keys):
+            dup = next(k for k in keys if keys.count(k) > 1)
+            raise InputError(f"judge requests: item key {dup} appears twice; give each judgement its own item")
+        state = _RunState(asyncio.Semaphore(self.concurrency))
+        await self._open()
+        try:
+            results = await asyncio.gather(*(self._one(r, state) for r in requests))
+        finally:
+            await self._close()
+        judgements = [j for j in results if j is not None]
+        not_started = [r for r, j in zip(requests, results, strict=True) if j is None]
+        return JudgeRun(judgements, not_started, state.stopped, state.spent)
+
+    # -- one item
+    async def _one(self, request: JudgeRequest, state: _RunState) -> Judgement | None:
+        sha = request_sha(self.provider, self.sampling, request)
+        reused = self._from_store(request, sha)
+        if reused is not None:
+            return reused
+        first = state.inflight.get(sha)
+        if first is not None:
+            done = await asyncio.shield(first)
+            if done is not None and done.outcome in PAID_OUTCOMES:
+                return self._cache_hit(request, sha, done.record)
+        future: asyncio.Future[Judgement | None] = asyncio.get_running_loop().create_future()
+        state.inflight[sha] = future
+        judgement = None
+        try:
+            judgement = await self._paid(request, sha, state)
+            return judgement
+        finally:
+            future.set_result(judgement)
+            if state.inflight.get(sha) is future:
+                del state.inflight[sha]
+
+    async def _paid(self, request: JudgeRequest, sha: str, state: _RunState) -> Judgement | None:
+        """Make the call under the concurrency limit and the spend cap; None if it was not started."""
+        async with state.semaphore:
+            if state.stopped is not None:
+                return None
+            estimate = self._worst_case(request)
+            if self.spend_cap is not None and state.spent + state.reserved + estimate > self.spend_cap:
+                state.stopped = (
+                    f"spend cap ${self.spend_cap:.4f} reached (spent ${state.spent:.4f}, the next call could "
+                    f"cost up to ${estimate:.4f})"
+                )
+                return None
+            state.reserved += estimate
+            try:
+                judgement = await self._call(request, sha, state)
+            finally:
+                state.reserved -= estimate
+            state.spent += judgement.record.cost
+        self._write(judgement.record)
+        return judgement
+
+    def _worst_case(self, request: JudgeRequest) -> float:
+        size = len(request.system.encode("utf-8")) + len(request.user.encode("utf-8"))
+        size += len(json.dumps(request.verdict_type.json_schema()).encode("utf-8"))
+        return self.price.worst_case(size + _INPUT_OVERHEAD_TOKENS, self.sampling.max_tokens)
+
+    async def _call(self, request: JudgeRequest, sha: str, state: _RunState) -> Judgement:
+        policy = self.retry
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        attempts = 0
+        reason = "no attempt made"
+        while attempts < policy.max_attempts:
+            remaining = policy.item_deadline_s - (loop.time() - start)
+            if remaining <= 0:
+                reason = f"item deadline of {policy.item_deadline_s:g}s passed after {attempts} attempt(s); " \
+                         f"last: {reason}"
+                break
+            attempts += 1
+            timeout = min(policy.timeout_s, remaining)
+            sent = loop.time()
+            try:
+                # The SDK enforces `timeout` on the HTTP exchange; wait_for bounds anything around it.
+                response = await asyncio.wait_for(self._send(request, timeout), timeout + 1.0)
+            except (TimeoutError, ProviderError) as exc:
+                if isinstance(exc, TimeoutError):
+                    exc = ProviderError(f"timed out after {timeout:g}s", retryable=True)
+                reason = str(exc)
+                if exc.fatal:
+                    state.stopped = state.stopped or f"provider error every call would hit: {exc}"
+                if not exc.retryable or attempts >= policy.max_attempts:
+                    break
+                delay = policy.backoff(attempts, self._rng)
+                if exc.retry_after is not None:
+                    delay = min(exc.retry_after, policy.retry_after_max_s)
+                if delay >= policy.item_deadline_s - (loop.time() - start):
+                    reason = f"{reason}; the next wait ({delay:g}s) would pass the item deadline"
+                    break
+                log.debug("judge %s/%s attempt %d failed (%s); retrying in %.3fs",
+                          request.key.query_id, request.key.item, attempts, exc, delay)
+                await asyncio.sleep(delay)
+                continue
+            except Exception as exc:  # an SDK or response shape we did not foresee: this item only
+                reason = f"{type(exc).__name__}: {exc}"
+                break
+            latency = (loop.time() - sent) * 1000.0
+            return self._judged(request, sha, response, attempts, latency)
+        log.debug("judge %s/%s ended in error after %d attempt(s): %s",
+                  request.key.query_id, request.key.item, attempts, reason)
+        return Judgement(self._record(request, sha, "error", reason=reason, attempts=attempts))
+
+    def _judged(self, request: JudgeRequest, sha: str, response: Response, attempts: int, latency_ms: float
+                ) -> Judgement:
+        verdict: Verdict | None = None
+        reason: str | None = None
+        outcome: Outcome
+        if response.stop == "refused":
+            outcome, reason = "refused", response.refusal or f"stop_reason {response.stop_reason}"
+        elif response.stop == "truncated":
+            outcome, reason = "truncated", f"output stopped at max_tokens={self.sampling.max_tokens}"
+        else:
+            outcome, verdict, reason = parse_verdict(request.verdict_type, response.text)
+        cost = self.price.cost(response.input_tokens, response.output_tokens, response.cached_tokens,
+                               response.cache_write_tokens)
+        record = self._record(
+            request, sha, outcome, reason=reason,
+            verdict=None if verdict is None else verdict.model_dump(mode="json"),
+            stop_reason=response.stop_reason,
+            input_tokens=response.input_tokens + response.cached_tokens + response.cache_write_tokens,
+            output_tokens=response.output_tokens, cached_tokens=response.cached_tokens,
+            cost=cost, latency_ms=latency_ms, attempts=attempts,
+        )
+        return Judgement(record, verdict)
+
+    def _record(self, request: JudgeRequest, sha: str, outcome: Outcome, **values: Any) -> CallRecord:
+        key = request.key
+        return CallRecord(
+            run_id=key.run_id, query_id=key.query_id, trial=key.trial, item=key.item, judge=request.judge,
+            request_sha=sha, provider=self.provider, model=self.sampling.model,
+            rubric_sha=request.rubric_sha, prompt_sha=request.prompt_sha,
+            temperature=self.sampling.temperature, effort=self.sampling.effort,
+            max_tokens=self.sampling.max_tokens, outcome=outcome, **values,
+        )
+
+    # -- the store as the cache
+    def _from_store(self, request: JudgeRequest, sha: str) -> Judgement | None:
+        if self.store is None:
+            return None
+        key = request.key
+        own = self.store.judge_call(key.run_id, key.query_id, key.trial, key.item)
+        if own is not None and own["request_sha"] == sha and own["outcome"] in PAID_OUTCOMES:
+            # A resumed run: this item's row is already the answer; leave it as it is.
+            return self._as_hit(request, sha, own, write=False)
+        cached = self.store.cached_judge_call(sha)
+        if cached is None:
+            return None
+        return self._as_hit(request, sha, cached, write=True)
+
+    def _as_hit(self, request: JudgeRequest, sha: str, row: Mapping[str, Any], *, write: bool) -> Judgement:
+        verdict = None
+        if row["outcome"] in ("ok", "cannot_judge") and row["verdict"] is not None:
+            verdict = request.verdict_type.model_validate(row["verdict"])
+        record = self._record(request, sha, row["outcome"], reason=row["reason"], verdict=row["verdict"],
+                              stop_reason=row["stop_reason"], cache_hit=True, latency_ms=0.0)
+        if write:
+            self._write(record)
+        return Judgement(record, verdict)
+
+    def _cache_hit(self, request: JudgeRequest, sha: str, first: CallRecord) -> Judgement:
+        return self._as_hit(request, sha, first.model_dump(), write=True)
+
+    def _write(self, record: CallRecord) -> None:
+        if self.store is not None:
+            self.store.record_judge_calls([record.to_row()])
+
+
+@dataclass
+class _RunState:
+    semaphore: asyncio.Semaphore
+    inflight: dict[str, asyncio.Future[Judgement | None]] = field(default_factory=dict)
+    spent: float = 0.0
+    reserved: float = 0.0
+    stopped: str | None = None
+
+
+__all__ = [
+    "FATAL_STATUS",
+    "RETRYABLE_STATUS",
+    "JudgeClient",
+    "JudgeRun",
+    "JudgeStopped",
+    "Price",
+    "ProviderError",
+    "Response",
+    "RetryPolicy",
+    "price_table",
+    "retry_after_seconds",
+]

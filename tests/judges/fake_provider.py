@@ -1,0 +1,293 @@
+"""A local stand-in for the Anthropic Messages and OpenAI Chat Completions endpoints, on 127.0.0.1.
+
+The real SDKs are pointed at it through ``base_url``; nothing is mocked on the client side. It answers from
+scripted verdicts and injects faults per item: the item is named by a ``[[item:ID]]`` tag in the user
+message, and ``plan[ID]`` lists one action per attempt (the last one repeats). Actions:
+
+  ok, cannot_judge                    200 with a verdict (escape hatch unset / set)
+  refusal                             200, Anthropic stop_reason "refusal" / OpenAI message.refusal
+  content_filter                      200, OpenAI finish_reason "content_filter" (Anthropic: refusal)
+  malformed, schema                   200 with text that is not JSON / JSON that misses verdict fields
+  truncate                            200, stop_reason "max_tokens" / finish_reason "length", cut JSON
+  429                                 rate limited, with ``retry-after: <retry_after>``
+  500, 503, 529, 400, 401             that status with the provider's error body
+  timeout                             waits ``hang_s`` before answering (longer than the client's timeout)
+  drop                                closes the connection without a response
+
+Everything is bounded: header and body sizes, requests per connection, idle reads, the total request
+count (``max_requests``) and the server's lifetime (``lifetime_s``; it stops itself). Run as a script it
+serves until killed: ``python fake_provider.py --latency 0.2`` prints the base URL on stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+TAG = re.compile(r"\[\[item:([^\]]{1,200})\]\]")
+DEFAULT_VERDICT = {"justification": "the context states it", "cannot_judge": False, "label": "supported",
+                   "quote": "the sky is blue"}
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 413: "Payload Too Large",
+            429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable",
+            529: "Overloaded"}
+_ANTHROPIC_ERRORS = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+                     429: "rate_limit_error", 500: "api_error", 503: "api_error", 529: "overloaded_error"}
+INPUT_TOKENS = 1000
+CACHED_PREFIX_TOKENS = 800
+OUTPUT_TOKENS = 50
+
+
+@dataclass
+class Seen:
+    """One request as the server saw it."""
+
+    api: str
+    item: str | None
+    attempt: int
+    action: str
+    status: int
+    key_header: str | None = field(repr=False, default=None)
+    at: float = field(default_factory=time.monotonic)
+
+
+class FakeProvider:
+    def __init__(self, *, latency: float = 0.0, hang_s: float = 1.0, retry_after: float = 0.05,
+                 max_requests: int = 50_000, lifetime_s: float = 300.0, idle_timeout: float = 10.0):
+        self.latency = latency
+        self.hang_s = hang_s
+        self.retry_after = retry_after
+        self.max_requests = max_requests
+        self.lifetime_s = lifetime_s
+        self.idle_timeout = idle_timeout
+        self.plan: dict[str, list[str]] = {}
+        self.verdicts: dict[str, dict[str, Any]] = {}
+        self.default_verdict: dict[str, Any] = dict(DEFAULT_VERDICT)
+        self.seen: list[Seen] = []
+        self.inflight = 0
+        self.max_inflight = 0
+        self._attempts: dict[str, int] = {}
+        self._systems: set[str] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._server: asyncio.AbstractServer | None = None
+        self.base_url = ""
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> str:
+        self._thread = threading.Thread(target=self._serve, name="fake-provider", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10.0):
+            raise RuntimeError("fake provider did not start within 10 s")
+        return self.base_url
+
+    def stop(self) -> None:
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(self._shutdown)
+        if self._thread is not None:
+            self._thread.join(10.0)
+
+    def _serve(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._main())
+        finally:
+            loop.close()
+
+    async def _main(self) -> None:
+        self._stopped = asyncio.Event()
+        self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0, limit=1 << 16)
+        port = self._server.sockets[0].getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{port}"
+        asyncio.get_running_loop().call_later(self.lifetime_s, self._shutdown)
+        self._ready.set()
+        await self._stopped.wait()
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _shutdown(self) -> None:
+        self._stopped.set()
+
+    # ------------------------------------------------------------------ accounting
+    @property
+    def paid(self) -> int:
+        """Responses that a provider would bill: every 200."""
+        return sum(1 for s in self.seen if s.status == 200)
+
+    def reset_counts(self) -> None:
+        self.seen.clear()
+        self.max_inflight = 0
+
+    # ------------------------------------------------------------------ HTTP
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._tasks.add(task)
+        try:
+            for _ in range(10_000):  # requests per connection
+                try:
+                    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.idle_timeout)
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError,
+                        ConnectionError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = (lines[0].split(" ", 2) + ["", ""])[:3]
+                headers = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        k, v = line.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                length = int(headers.get("content-length", "0") or 0)
+                if length > (1 << 22):
+                    await self._write(writer, 413, {"error": "body too large"})
+                    return
+                body = await asyncio.wait_for(reader.readexactly(length), self.idle_timeout) if length else b""
+                keep = await self._handle(method, path, headers, body, writer)
+                if not keep or headers.get("connection", "").lower() == "close":
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError, asyncio.CancelledError):
+            # Cancelled only by stop(); ending quietly keeps asyncio from logging the cancelled handler.
+            return
+        finally:
+            self._tasks.discard(task)
+            writer.close()
+
+    async def _write(self, writer: asyncio.StreamWriter, status: int, payload: dict[str, Any],
+                     extra: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode("utf-8")
+        head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}", "content-type: application/json",
+                f"content-length: {len(data)}", "connection: keep-alive"]
+        head += [f"{k}: {v}" for k, v in (extra or {}).items()]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data)
+        await writer.drain()
+
+    async def _handle(self, method: str, path: str, headers: dict[str, str], body: bytes,
+                      writer: asyncio.StreamWriter) -> bool:
+        if path.endswith("/v1/messages") or path.endswith("/messages"):
+            api = "anthropic"
+        elif path.endswith("/chat/completions"):
+            api = "openai"
+        else:
+            await self._write(writer, 404, {"error": {"message": f"no route {path}"}})
+            return True
+        try:
+            request = json.loads(body)
+        except json.JSONDecodeError:
+            await self._write(writer, 400, {"error": {"message": "body is not JSON"}})
+            return True
+        if api == "anthropic":
+            user = request["messages"][-1]["content"]
+            system = "".join(b["text"] for b in request.get("system", []))
+            key = headers.get("x-api-key")
+        else:
+            user = request["messages"][-1]["content"]
+            system = request["messages"][0]["content"]
+            key = headers.get("authorization", "").removeprefix("Bearer ") or None
+        match = TAG.search(user)
+        item = match.group(1) if match else None
+        attempt = self._attempts.get(item or "", 0)
+        self._attempts[item or ""] = attempt + 1
+        steps = self.plan.get(item or "", ["ok"])
+        action = steps[min(attempt, len(steps) - 1)]
+        if len(self.seen) >= self.max_requests:
+            action = "503"
+        self.inflight += 1
+        self.max_inflight = max(self.max_inflight, self.inflight)
+        try:
+            if self.latency:
+                await asyncio.sleep(self.latency)
+            if action == "drop":
+                self.seen.append(Seen(api, item, attempt, action, 0, key))
+                return False
+            if action == "timeout":
+                await asyncio.sleep(self.hang_s)
+                action = "ok"
+            status, payload, extra = self._reply(api, action, item, request, system)
+            self.seen.append(Seen(api, item, attempt, action, status, key))
+            await self._write(writer, status, payload, extra)
+            return True
+        finally:
+            self.inflight -= 1
+
+    # ------------------------------------------------------------------ bodies
+    def _reply(self, api: str, action: str, item: str | None, request: dict[str, Any], system: str
+               ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        if action.isdigit():
+            status = int(action)
+            extra = {"retry-after": f"{self.retry_after:g}"} if status == 429 else {}
+            if api == "anthropic":
+                err = {"type": "error", "error": {"type": _ANTHROPIC_ERRORS.get(status, "api_error"),
+                                                  "message": f"scripted {status}"}}
+            else:
+                err = {"error": {"message": f"scripted {status}", "type": "server_error", "code": None}}
+            return status, err, extra
+        verdict = dict(self.verdicts.get(item or "", self.default_verdict))
+        if action == "cannot_judge":
+            verdict.update(cannot_judge=True, justification="the claim is not a statement about the context")
+        text: str | None = json.dumps(verdict)
+        stop = "end_turn" if api == "anthropic" else "stop"
+        refusal = None
+        if action == "malformed":
+            text = "Sure! Here is my verdict: supported."
+        elif action == "schema":
+            text = json.dumps({"justification": "x", "label": "maybe"})
+        elif action == "truncate":
+            text = text[: len(text) // 2]
+            stop = "max_tokens" if api == "anthropic" else "length"
+        elif action in ("refusal", "content_filter"):
+            text = None
+            if api == "anthropic":
+                stop = "refusal"
+            elif action == "refusal":
+                refusal = "I can't help with that."
+            else:
+                stop = "content_filter"
+        seen_system = system in self._systems
+        self._systems.add(system)
+        cached = CACHED_PREFIX_TOKENS if seen_system else 0
+        if api == "anthropic":
+            usage = {"input_tokens": INPUT_TOKENS - CACHED_PREFIX_TOKENS,
+                     "output_tokens": OUTPUT_TOKENS,
+                     "cache_read_input_tokens": cached,
+                     "cache_creation_input_tokens": CACHED_PREFIX_TOKENS - cached}
+            content = [] if text is None else [{"type": "text", "text": text}]
+            message: dict[str, Any] = {"id": f"msg_{time.monotonic_ns()}", "type": "message",
+                                       "role": "assistant", "model": request.get("model"), "content": content,
+                                       "stop_reason": stop, "stop_sequence": None, "usage": usage}
+            if stop == "refusal":
+                message["stop_details"] = {"type": "refusal", "category": "cyber", "explanation": None}
+            return 200, message, {}
+        usage = {"prompt_tokens": INPUT_TOKENS, "completion_tokens": OUTPUT_TOKENS,
+                 "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS, "prompt_tokens_details": {"cached_tokens": cached}}
+        return 200, {
+            "id": f"chatcmpl-{time.monotonic_ns()}", "object": "chat.completion", "created": int(time.time()),
+            "model": request.get("model"),
+            "choices": [{"index": 0, "finish_reason": stop, "logprobs": None,
+                         "message": {"role": "assistant", "content": text, "refusal": refusal}}],
+            "usage": usage,
+        }, {}
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--lifetime", type=float, default=600.0)
+    args = parser.parse_args()
+    server = FakeProvider(latency=args.latency, lifetime_s=args.lifetime)
+    print(server.start(), flush=True)
+    server._thread.join(args.lifetime + 5.0)
+
+
+if __name__ == "__main__":
+    main()
