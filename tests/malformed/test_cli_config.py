@@ -138,7 +138,8 @@ def test_run_with_a_malformed_config(cli, workdir, content, fragments):
     (("run", "{tmp}/keep.txt", "--bogus"), ("No such option: --bogus", "see 'ragassay run --help'")),
     (("run", "{tmp}/keep.txt", "--trials", "0"), ("Invalid value for '--trials'",)),
 ], ids=["no-config", "config-missing", "config-is-folder", "unknown-option", "trials-zero"])
-def test_run_with_bad_arguments(cli, workdir, args, fragments):
+def test_run_with_bad_arguments(cli, workdir, monkeypatch, args, fragments):
+    monkeypatch.chdir(workdir)  # the default --store is ./ragassay.duckdb
     before = tree_digest(workdir)
     res = cli(*(a.replace("{tmp}", str(workdir)) for a in args))
     res.assert_clean_error(*(f.replace("{tmp}", str(workdir)) for f in fragments))

@@ -10,8 +10,8 @@ from ragassay.analysis.demo import demo_config_dir
 from ragassay.errors import InputError, SchemaError
 from ragassay.pipeline.cache import (
     EmbeddingCache,
+    check_cache_dir,
     load_chunk_artifact,
-    prepare_cache_dir,
     save_chunk_artifact,
 )
 from ragassay.pipeline.chunkers import Chunk
@@ -123,16 +123,20 @@ def test_cache_dir_must_be_new_empty_or_a_cache(tmp_path):
     lines = _load_error(tmp_path, f"cache_dir: {mine}\n")
     assert "folder is not empty and is not an earlier ragassay cache output" in lines[0]
     assert (mine / "notes.txt").read_text() == "keep me"
-    fresh = tmp_path / "fresh"
+    fresh = tmp_path / "fresh" / "deeper"
     cfg_path = tmp_path / "ok.yaml"
     cfg_path.write_text(f"cache_dir: {fresh}\n")
     assert load_config(cfg_path).cache_dir == str(fresh)
-    assert (fresh / ".ragassay-cache").is_file()
-    (fresh / "chunks").mkdir()
-    assert load_config(cfg_path).cache_dir == str(fresh)  # its own earlier cache is reused
-    legacy = tmp_path / "legacy"
-    (legacy / "embeddings").mkdir(parents=True)
-    assert prepare_cache_dir(legacy) == legacy  # a cache from before the marker: only cache entries inside
+    assert not (tmp_path / "fresh").exists()  # checked by creating and removing it: loading leaves nothing
+    (fresh / "chunks").mkdir(parents=True)
+    (fresh / "embeddings").mkdir()
+    assert load_config(cfg_path).cache_dir == str(fresh)  # an earlier cache is reused
+    (tmp_path / "empty").mkdir()
+    check_cache_dir(tmp_path / "empty")
+    assert (tmp_path / "empty").is_dir()
+    (fresh / "stray.txt").write_text("x")
+    with pytest.raises(InputError, match="is not an earlier ragassay cache output"):
+        check_cache_dir(fresh)
 
 
 def test_cache_dir_tilde_means_home(tmp_path, monkeypatch):

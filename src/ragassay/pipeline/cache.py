@@ -6,7 +6,7 @@ passages and ``queries`` for questions, so a sweep that keeps the chunking (or r
 texts) embeds only what is new. Writes go to a temp file and ``os.replace`` so a crash cannot corrupt it.
 
 The cache never replaces a file it did not write: a cache folder named in a config must be new, empty or an
-earlier ragassay cache (:func:`prepare_cache_dir`), and each file is replaced only when what is there is
+earlier ragassay cache (:func:`check_cache_dir`), and each file is replaced only when what is there is
 recognisably a cache file (a manifest or chunk artifact with the expected fields). A folder that cannot be
 created or written is an :class:`~ragassay.errors.InputError` naming it.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -23,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from ragassay.errors import InputError
-from ragassay.fsio import atomic_write_bytes, check_output_dir, is_output_of, make_dir, mark_output_dir
+from ragassay.fsio import atomic_write_bytes, check_output_dir, make_dir
 
 # What ragassay writes directly under a cache dir (embeddings here, chunk artifacts here, bm25 indexes by
-# pipeline/run.py); a folder holding only these is a cache from before the marker file existed.
+# pipeline/run.py): a folder holding only these is an earlier cache.
 CACHE_ENTRIES = frozenset({"embeddings", "chunks", "bm25"})
 
 
@@ -34,20 +35,32 @@ def text_sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def prepare_cache_dir(root: Path) -> Path:
-    """Create (or reuse) cache folder ``root`` and mark it as ragassay's, or raise :class:`InputError`.
+def check_cache_dir(root: Path) -> None:
+    """Refuse cache folder ``root`` unless it is new, empty or an earlier ragassay cache, and can be written.
 
-    ``root`` must be new, empty, or an earlier ragassay cache: the pipeline replaces entries under it, so a
-    folder holding other files is refused rather than mixed into.
+    The pipeline replaces entries under a cache folder, so one that holds anything besides cache entries is
+    refused rather than mixed into. A folder that does not exist yet is created and removed again, since
+    permission bits alone do not tell (root may write anywhere, yet not under /proc): reading a config leaves
+    nothing behind, and the folder appears with the first cache write.
     """
     root = Path(root)
-    if not is_output_of(root, "cache"):
-        legacy = root.is_dir() and any(root.iterdir()) and {e.name for e in root.iterdir()} <= CACHE_ENTRIES
-        if not legacy:
-            check_output_dir(root, "cache")
+    entries = {e.name for e in root.iterdir()} if root.is_dir() else set()
+    if entries and entries <= CACHE_ENTRIES:
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise InputError(f"{root}: no permission to write in this cache folder; point cache_dir at a "
+                             "folder you can write to")
+        return
+    check_output_dir(root, "cache")
+    if root.exists():
+        return
+    missing = [root, *(p for p in root.parents if not p.exists())]
     make_dir(root)
-    mark_output_dir(root, "cache")
-    return root
+    for folder in missing:
+        try:
+            folder.rmdir()
+        except OSError:
+            # Something appeared in it meanwhile (rmdir never removes content): leave it be.
+            break
 
 
 def _refuse_foreign(path: Path, ours: Callable[[Path], bool]) -> None:

@@ -268,8 +268,8 @@ def parse_config(data: dict[str, Any] | None, where: str = "<config>", node=None
 
 
 def load_config(path: str | Path) -> PipelineConfig:
-    """Read and validate a pipeline YAML file, then make sure its ``cache_dir`` can be written."""
-    from ragassay.pipeline.cache import prepare_cache_dir
+    """Read and validate a pipeline YAML file, and check that its ``cache_dir`` can be used."""
+    from ragassay.pipeline.cache import check_cache_dir
     from ragassay.yamlio import load_yaml_node
 
     path = Path(path)
@@ -280,7 +280,7 @@ def load_config(path: str | Path) -> PipelineConfig:
     cfg = parse_config(data, str(path), node)
     if cfg.cache_dir is not None:
         try:
-            prepare_cache_dir(Path(cfg.cache_dir))
+            check_cache_dir(Path(cfg.cache_dir))
         except InputError as e:
             line = _line_of(node, ("cache_dir",))
             raise SchemaError(f"{path}: cache_dir (line {line}): {e}") from None
