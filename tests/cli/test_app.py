@@ -180,3 +180,22 @@ def test_lazy_group_loads_each_module_once():
     first = group.load("compare")
     assert group.load("gate") is group.commands["gate"] and group.load("compare") is first
     assert group.load("no-such-command") is None
+
+
+def test_print_json_writes_undefined_as_null(capsys):
+    import math
+
+    import numpy as np
+
+    from ragassay.cli.common import print_json
+
+    class Row:
+        def to_dict(self):
+            return {"delta": math.nan, "ci": (0.1, float("nan"))}
+
+    print_json({"mean": np.float64("nan"), "n": np.int64(3), "vals": np.array([1.0, np.nan]), "row": Row(),
+                "ok": 0.5})
+    out = capsys.readouterr().out
+    assert "NaN" not in out
+    assert json.loads(out) == {"mean": None, "n": 3, "vals": [1.0, None], "row": {"delta": None, "ci": [0.1, None]},
+                               "ok": 0.5}

@@ -29,8 +29,20 @@ def esc(text: Any) -> str:
 
 
 def print_json(obj: Any) -> None:
-    """Machine output: one JSON document on stdout, nothing else."""
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2, default=_default) + "\n")
+    """Machine output: one JSON document on stdout, nothing else. An undefined value (NaN) is ``null``:
+    ``json`` would write the bare token ``NaN``, which is not JSON and which strict parsers reject."""
+    sys.stdout.write(json.dumps(_nan_to_null(obj), ensure_ascii=False, indent=2, default=_default) + "\n")
+
+
+def _nan_to_null(o: Any) -> Any:
+    # numpy float64 is a float subclass, so json encodes it without ever calling _default.
+    if isinstance(o, float):
+        return None if o != o else float(o)
+    if isinstance(o, dict):
+        return {k: _nan_to_null(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_nan_to_null(v) for v in o]
+    return o
 
 
 def _default(o: Any):
@@ -42,9 +54,9 @@ def _default(o: Any):
         f = float(o)
         return None if f != f else f
     if isinstance(o, np.ndarray):
-        return o.tolist()
+        return _nan_to_null(o.tolist())
     if hasattr(o, "to_dict"):
-        return o.to_dict()
+        return _nan_to_null(o.to_dict())
     if hasattr(o, "model_dump"):
-        return o.model_dump(mode="json")
+        return _nan_to_null(o.model_dump(mode="json"))
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
