@@ -322,6 +322,34 @@ def make_data(hostile: bool = False) -> dict:
     }
 
 
+def make_large_data(n: int, seed: int = 3) -> dict:
+    """Two runs over ``n`` queries with evidence, answers and five retrieved units each, for scale tests."""
+    rng = np.random.default_rng(seed)
+    runs = ["base", "cand"]
+    rec = rng.random((len(runs), n))
+    rec[:, ::7] = np.nan
+    queries = []
+    for i in range(n):
+        s = int(rng.integers(0, 150))
+        ev = {"doc_id": f"doc{i % 300}", "start": s, "end": s + 60, "grade": 2, "text": DOC_TEXT[s:s + 60]}
+        qruns = {}
+        for r, run in enumerate(runs):
+            units = []
+            for k in range(5):
+                u0 = int(rng.integers(0, 200))
+                units.append({"rank": k + 1, "doc_id": f"doc{(i + k) % 300}", "start": u0, "end": u0 + 80,
+                              "grade": float(k == 0), "text": DOC_TEXT[u0:u0 + 80]})
+            v = float(rec[r, i])
+            qruns[run] = {"outcome": "answered", "answer": f"Answer {i} from {run}: thirty days notice.",
+                          "metrics": {"recall@10": None if v != v else v, "answer_f1": float(rng.random())},
+                          "retrieved": units}
+        queries.append({"query_id": f"q{i:06d}", "stratum": STRATA[i % 3], "answerable": True,
+                        "question": f"What does clause {i} say about the notice period?", "evidence": [ev],
+                        "runs": qruns})
+    return {"title": f"scale: {n} queries", "runs": [{"name": r, "run_id": f"run-{r}"} for r in runs],
+            "queries": queries}
+
+
 def start_tags(page: str) -> list[tuple[str, dict]]:
     """Every start tag of an HTML document with its (decoded) attributes, as a browser's tokenizer sees it."""
     tags: list[tuple[str, dict]] = []

@@ -1,5 +1,6 @@
 """The report in a real browser: headless Chromium runs the page's script, hostile data stays inert text,
-the sorter and filter work, and a screenshot is saved to test-artifacts/report.png."""
+the sorter, filter, pager and on-demand details work, a 20,000-query page loads and sorts within bounds,
+and a screenshot is saved to test-artifacts/report.png."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from report_fixtures import N_QUERIES, PWN_IMG, PWN_SCRIPT, make_data, start_tags
+from browser_probe import time_page
+from report_fixtures import DOC_TEXT, N_QUERIES, PWN_IMG, PWN_SCRIPT, make_data, make_large_data, start_tags
 
 from ragassay.report import render_report
 
@@ -32,10 +34,13 @@ HARNESS = """<script>
   th.click(); document.body.setAttribute("data-asc", ids());
   th.click(); document.body.setAttribute("data-desc", ids());
   var s = document.getElementById("q-stratum"); s.value = "exact"; s.dispatchEvent(new Event("change"));
-  document.body.setAttribute("data-shown", Array.prototype.filter.call(t.tBodies, function (b) { return !b.hidden; }).length);
+  document.body.setAttribute("data-shown", t.tBodies.length);
   document.body.setAttribute("data-count", document.getElementById("q-count").textContent);
   window.addEventListener("hashchange", function () {
     document.body.setAttribute("data-opened", String(document.getElementById("q-q005").querySelector("details").open));
+    document.body.setAttribute("data-afterhash", t.tBodies.length);
+    // open every query's details so their (hostile) texts are built into the DOM for the checks
+    Array.prototype.forEach.call(t.querySelectorAll("details"), function (d) { d.open = true; });
   });
   location.hash = "#q-q005";
 })();
@@ -101,7 +106,7 @@ def test_hostile_report_stays_inert_and_the_table_script_works(tmp_path):
 
     assert _head_title(dom) == data["title"] and "PWNED" not in _head_title(dom)
     assert 'data-ready="1"' in dom  # the report's script ran, so the absence of PWNED is meaningful
-    assert "&lt;script&gt;document.title='PWNED'&lt;/script&gt;" in dom  # present as text
+    assert "&lt;script&gt;document.title='PWNED'&lt;/script&gt;" in dom  # present as text, details built
     assert htmllib.escape(PWN_IMG, quote=False) in dom
     tags = start_tags(dom)
     assert "img" not in {t for t, _ in tags}
@@ -109,7 +114,8 @@ def test_hostile_report_stays_inert_and_the_table_script_works(tmp_path):
     assert [t for t, _ in tags].count("svg") == len(PLOTS)  # nor did the injected <svg onload>
     for cls in PLOTS:
         assert re.search(rf'<svg class="plot {cls}"', dom), cls
-    assert len(re.findall(r'<tbody class="q"', dom)) == N_QUERIES
+    assert len(re.findall(r'<tbody class="q"', dom)) == N_QUERIES  # one page holds them all
+    assert len(re.findall(r'<div class="detail-body">', dom)) == N_QUERIES
 
     run = data["runs"][0]["name"]
     body = re.search(r'<body((?:[^>"]|"[^"]*")*)>', dom).group(1)
@@ -119,6 +125,7 @@ def test_hostile_report_stays_inert_and_the_table_script_works(tmp_path):
     n_exact = sum(q["stratum"] == "exact" for q in data["queries"])
     assert attrs["data-shown"] == str(n_exact) and attrs["data-count"] == f"{n_exact} of {N_QUERIES} queries"
     assert attrs["data-opened"] == "true"  # following a worst-regression link opens that query's details
+    assert attrs["data-afterhash"] == str(N_QUERIES)  # and clears the filter that hid it
     assert PWN_SCRIPT not in dom
 
 
@@ -136,3 +143,56 @@ def test_report_under_its_csp_runs_and_screenshots(tmp_path):
     _run([f"--screenshot={shot}", "--window-size=1280,2000", "--hide-scrollbars", clean.as_uri()], tmp_path)
     assert shot.exists() and shot.stat().st_size > 10_000
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _probe(page: Path, tmp_path: Path, script: str) -> dict:
+    bare = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>\n?', "", page.read_text(encoding="utf-8"))
+    probe = tmp_path / "probe.html"
+    probe.write_text(bare.replace("</body>", f"<script>{script}</script>\n</body>"), encoding="utf-8")
+    dom = _run(["--dump-dom", probe.as_uri()], tmp_path).stdout
+    body = re.search(r'<body((?:[^>"]|"[^"]*")*)>', dom).group(1)
+    return {"dom": dom, **{k: htmllib.unescape(v) for k, v in re.findall(r'(data-[a-z-]+)="([^"]*)"', body)}}
+
+
+def test_retrieved_units_hitting_evidence_are_highlighted(tmp_path):
+    ev = {"doc_id": "d", "start": 20, "end": 40, "grade": 2, "text": DOC_TEXT[20:40]}
+    units = [
+        {"rank": 1, "doc_id": "d", "start": 10, "end": 30, "grade": None, "text": DOC_TEXT[10:30]},  # overlap
+        {"rank": 2, "doc_id": "d", "start": 60, "end": 80, "grade": None, "text": DOC_TEXT[60:80]},  # none
+        {"rank": 3, "doc_id": "e", "start": 20, "end": 40, "grade": None, "text": DOC_TEXT[20:40]},  # other doc
+        {"rank": 4, "doc_id": "d", "start": 0, "end": 10, "grade": 1.0, "text": DOC_TEXT[0:10]},  # graded hit
+    ]
+    d = {"title": "t", "runs": [{"name": "a"}], "queries": [{
+        "query_id": "q1", "stratum": "s", "question": "q", "answerable": True, "evidence": [ev],
+        "runs": {"a": {"outcome": "answered", "answer": "x", "metrics": {}, "retrieved": units}}}]}
+    page = render_report(d, tmp_path / "report")
+    r = _probe(page, tmp_path, 'document.querySelector("#queries details").open = true;')
+    items = re.findall(r'<li class="(hit|miss)">(.*?)</li>', r["dom"], flags=re.S)
+    assert [c for c, _ in items] == ["hit", "miss", "miss", "hit"]
+    assert [htmllib.unescape(m) for m in re.findall(r"<mark>(.*?)</mark>", items[0][1])] == [DOC_TEXT[20:30]]
+    assert htmllib.escape(DOC_TEXT[10:20], quote=False) in items[0][1]
+    assert "<mark>" not in items[1][1] + items[2][1] + items[3][1]
+
+
+def test_20000_queries_load_sort_and_page_within_bounds(tmp_path):
+    n = 20_000
+    data = make_large_data(n)
+    page = render_report(data, tmp_path / "report")
+    assert page.stat().st_size < 25_000_000
+    t = time_page(page, tmp_path)
+    # generous bounds for a shared 2-core machine; benchmarks/report_scale.py measures the real figures
+    assert t["ready"] == "1" and t["load_ms"] <= 10_000, t
+    assert t["sort_ms"] <= 1_500, t
+    # one page of rows is drawn, not 20,000; the sort (first numeric column: base · recall@10, ascending,
+    # undefined last) put the smallest defined value first
+    keyed = sorted((q["runs"]["base"]["metrics"]["recall@10"], i) for i, q in enumerate(data["queries"])
+                   if q["runs"]["base"]["metrics"]["recall@10"] is not None)
+    assert t["rows"] == 100 and t["first"] == data["queries"][keyed[0][1]]["query_id"]
+    r = _probe(page, tmp_path, 'document.getElementById("q-next").click();'
+               'document.body.setAttribute("data-page", document.getElementById("q-page").textContent);'
+               'document.body.setAttribute("data-first", document.getElementById("queries").tBodies[0].id);'
+               'var f = document.getElementById("q-filter"); f.value = "clause 12345 "; '
+               'f.dispatchEvent(new Event("input"));'
+               'document.body.setAttribute("data-count", document.getElementById("q-count").textContent);')
+    assert r["data-page"] == f"rows 101–200 of {n:,}".replace(",", "") and r["data-first"] == "q-q000100"
+    assert r["data-count"] == f"1 of {n} queries"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html as htmllib
+import json
 import math
 import os
 import re
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from report_fixtures import DOC_TEXT, N_QUERIES, PAYLOADS, PWN_IMG, PWN_SCRIPT, make_data
+from report_fixtures import N_QUERIES, PAYLOADS, PWN_IMG, PWN_SCRIPT, make_data
 
 from ragassay.errors import InputError, SchemaError
 from ragassay.report import fmt as F
@@ -73,6 +74,12 @@ def _render(data: dict, tmp_path: Path) -> str:
     return render_report(data, tmp_path / "out").read_text(encoding="utf-8")
 
 
+def _embedded(page: str) -> tuple[str, dict]:
+    """The per-query data block as written in the page, and what JSON.parse reads from it."""
+    raw = re.search(r'<script type="application/json" id="q-data">(.*?)</script>', page, flags=re.S).group(1)
+    return raw, json.loads(raw)
+
+
 def _svgs(page: str) -> dict[str, ET.Element]:
     out = {}
     for block in re.findall(r"<svg\b.*?</svg>", page, flags=re.S):
@@ -88,7 +95,10 @@ def test_every_section_and_plot_renders(data, tmp_path):
     for s in SECTIONS:
         assert s in ids, s
     assert set(_svgs(page)) == set(PLOTS)
-    assert page.count('<tbody class="q"') == N_QUERIES
+    # the rows are data for the page's script, not pre-built elements
+    assert page.count('<tbody class="q"') == 0
+    _, q = _embedded(page)
+    assert q["id"] == [x["query_id"] for x in data["queries"]] and len(q["id"]) == N_QUERIES
     assert re.search(r'<table id="queries"', page)
     # the nav lists exactly the rendered sections
     nav = re.search(r"<nav.*?</nav>", page, flags=re.S).group(0)
@@ -205,7 +215,11 @@ def test_content_security_policy_allows_only_the_report_script(data, tmp_path):
 
 def test_hostile_strings_appear_only_escaped(hostile_data, tmp_path):
     page = _render(hostile_data, tmp_path)
-    assert page.count("<script") == 1  # the report's own sorter, nothing injected
+    assert page.count("<script") == 2  # the report's own script and its per-query data, nothing injected
+    raw, q = _embedded(page)
+    # inside the data block no character can end the element, open a comment or a tag
+    assert not set(raw) & {"<", ">", "&", "\u2028", "\u2029"}
+    assert PWN_SCRIPT in q["question"] and PWN_IMG in q["runs"][0]["answer"]
     assert "<script>alert(1)" not in page and "document.title='PWNED'</script>" not in page
     assert "<img" not in page and "</textarea>" not in page and "<svg onload" not in page
     tags = _parse(page).tags
@@ -218,9 +232,8 @@ def test_hostile_strings_appear_only_escaped(hostile_data, tmp_path):
     assert "&#34;&gt;&lt;svg onload=alert(1)&gt;" in page
     assert "&lt;/textarea&gt;" in page
     assert "{{ 7*7 }}" in page  # data is never evaluated as a template
-    assert "&lt;script&gt;document.title=&#39;PWNED&#39;&lt;/script&gt;" in page
     text = " ".join(_parse(page).text)
-    for payload in (*PAYLOADS, PWN_SCRIPT, PWN_IMG):
+    for payload in PAYLOADS:
         assert payload in text, payload  # shown to the reader as text
     # SVG labels (run names, strata, comparison label) are escaped too and decode back to the payload
     svgs = _svgs(page)
@@ -286,8 +299,15 @@ def test_each_hostile_field_is_escaped(field, tmp_path):
     elif field == "claim":
         d["comparisons"] = [{"baseline": "a", "candidate": "a", "rows": [], "claims": [bad]}]
     page = _render(d, tmp_path)
-    assert page.count("<script") == 1
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert page.count("<script") == 2
+    raw, q = _embedded(page)
+    assert "<" not in raw
+    if field in ("config", "claim"):  # server-rendered sections only
+        assert bad not in json.dumps(q, ensure_ascii=False)
+    else:
+        assert bad in json.dumps(q, ensure_ascii=False)
+    if field in ("run", "config", "stratum", "claim"):  # also in a server-rendered section
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
 
 def _forest_rows(root: ET.Element):
@@ -385,61 +405,19 @@ def test_latency_percentiles_match_statistics_quantiles(data, tmp_path):
     assert len(marks) == 9
 
 
-def test_retrieved_units_hitting_evidence_are_highlighted(tmp_path):
-    ev = {"doc_id": "d", "start": 20, "end": 40, "grade": 2, "text": DOC_TEXT[20:40]}
-    units = [
-        {"rank": 1, "doc_id": "d", "start": 10, "end": 30, "grade": None, "text": DOC_TEXT[10:30]},  # overlap
-        {
-            "rank": 2,
-            "doc_id": "d",
-            "start": 60,
-            "end": 80,
-            "grade": None,
-            "text": DOC_TEXT[60:80],
-        },  # no overlap
-        {
-            "rank": 3,
-            "doc_id": "e",
-            "start": 20,
-            "end": 40,
-            "grade": None,
-            "text": DOC_TEXT[20:40],
-        },  # other doc
-        {"rank": 4, "doc_id": "d", "start": 0, "end": 10, "grade": 1.0, "text": DOC_TEXT[0:10]},  # graded hit
-    ]
-    d = {
-        "title": "t",
-        "runs": [{"name": "a"}],
-        "queries": [
-            {
-                "query_id": "q1",
-                "stratum": "s",
-                "question": "q",
-                "answerable": True,
-                "evidence": [ev],
-                "runs": {"a": {"outcome": "answered", "answer": "x", "metrics": {}, "retrieved": units}},
-            }
-        ],
-    }
-    page = _render(d, tmp_path)
-    items = re.findall(r'<li class="(hit|miss)">(.*?)</li>', page, flags=re.S)
-    assert [c for c, _ in items] == ["hit", "miss", "miss", "hit"]
-    assert re.findall(r"<mark>(.*?)</mark>", items[0][1]) == [
-        htmllib.escape(DOC_TEXT[20:30], quote=True).replace("&#x27;", "&#39;")
-    ]
-    assert htmllib.escape(DOC_TEXT[10:20]) in items[0][1]
-    assert "<mark>" not in items[1][1] + items[2][1] + items[3][1]
-
-
 def test_anchors_are_sanitized_unique_and_every_link_has_a_target(hostile_data, tmp_path):
     page = _render(hostile_data, tmp_path)
     tags = _parse(page).tags
     ids = [a["id"] for _, a in tags if "id" in a]
     assert len(ids) == len(set(ids))
     assert all(re.fullmatch(r"[A-Za-z0-9_-]+", i) for i in ids)
-    assert "q-q_002__b_" in ids
+    _, q = _embedded(page)
+    rows = [q["anchor"].get(str(i), "q-" + qid) for i, qid in enumerate(q["id"])]  # as the script names them
+    assert len(rows) == len(set(rows)) and not set(rows) & set(ids)
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]+", i) for i in rows)
+    assert "q-q_002__b_" in rows and q["anchor"] == {"2": "q-q_002__b_"}
     links = [a["href"][1:] for t, a in tags if t == "a" and a.get("href", "").startswith("#")]
-    assert set(links) <= set(ids)
+    assert set(links) <= set(ids) | set(rows)
     worst = re.search(r'<ol class="worst">.*?</ol>', page, flags=re.S).group(0)
     assert re.findall(r'href="#([^"]+)"', worst) == ["q-q005", "q-q009", "q-q_002__b_"]
     assert 'q-missing</span> <span class="note">(not in the query table)' in worst

@@ -6,16 +6,21 @@ Everything here is plain JSON-able data; :func:`ragassay.report.render_report` o
 from __future__ import annotations
 
 import datetime as dt
+import io
+import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ragassay import __version__
 from ragassay.analysis.compare import Comparison, run_pins
 from ragassay.analysis.summary import STAGES, run_summary, stage_of
+from ragassay.fsio import atomic_write_bytes
 from ragassay.golden import EvidenceIndex, GoldenSet, HitRule
-from ragassay.trace import read_traces
 
 STAGE_METRICS = ("recall@bm25_depth", "recall@dense_depth", "recall@fusion_depth", "recall@final_k",
                  "ndcg@final_k", "rr@final_k", "recall@context", "context_tokens", "answer_f1", "answer_em",
@@ -24,6 +29,18 @@ FOREST_METRIC = "recall@final_k"
 STRATUM_ROWS_METRICS = ("recall@fusion_depth", "recall@final_k", "ndcg@final_k", "answer_f1")
 MAX_RETRIEVED_SHOWN = 5
 MAX_TEXT = 400
+# The page embeds every query, so its size grows with the set; these bound what the text can add. Span texts
+# (evidence and retrieved units, each stored once) share TEXT_BUDGET characters and answers ANSWER_BUDGET,
+# so a large set clips each text shorter (never below MIN_TEXT); the page says how many were clipped.
+TEXT_BUDGET = 8_000_000
+ANSWER_BUDGET = 6_000_000
+MIN_TEXT = 120
+# Above this many per-query values the page embeds only the table's metric columns; every metric of every
+# query is in queries.parquet beside the page.
+MAX_EMBEDDED_VALUES = 1_000_000
+QUERY_COLUMNS = ("recall@final_k", "answer_f1", "ndcg@final_k", "recall@fusion_depth")
+OUTCOMES = ("answered", "abstained", "refused", "error")
+PARQUET_NAME = "queries.parquet"
 
 
 def _num(x) -> float | None:
@@ -33,8 +50,8 @@ def _num(x) -> float | None:
     return None if math.isnan(x) else x
 
 
-def _clip(text: str) -> str:
-    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
+def _budget(total: int, n: int, high: int) -> int:
+    return max(MIN_TEXT, min(high, total // max(n, 1)))
 
 
 def pins_of(rec, metrics=()) -> dict:
@@ -47,27 +64,125 @@ def pins_of(rec, metrics=()) -> dict:
             "git_sha": rec.git_sha, "trials": rec.trials, "source": rec.source}
 
 
-def load_run_traces(rec, traces_dir: str | Path | None = None) -> tuple[dict, str | None]:
-    """(query_id, trial) -> Trace for a run, and why they are unavailable (None when they loaded).
+@dataclass
+class RunTraces:
+    """What the report shows of a run's traces (trial 0): outcome, answer and the first units per query,
+    and the ranked list of every query as flat columns for the recall curves."""
+
+    shown: dict = field(default_factory=dict)  # query_id -> (outcome, answer, [(doc_id, start, end, text)])
+    ranked: dict = field(default_factory=dict)  # query_id -> [(doc_id, start, end)]
+    problems: list = field(default_factory=list)  # (line, message)
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _unit_problem(units, name: str, nullable: bool = False) -> str | None:
+    if units is None and nullable:
+        return None
+    if not isinstance(units, list):
+        return f"{name} must be a list of units"
+    for i, u in enumerate(units):
+        if not isinstance(u, dict) or not isinstance(u.get("doc_id"), str) or not u["doc_id"]:
+            return f"{name}[{i}] needs a doc_id"
+        if not (_is_int(u.get("start")) and _is_int(u.get("end"))):
+            return f"{name}[{i}] needs integer start and end offsets"
+        if u.get("text") is not None and not isinstance(u["text"], str):
+            return f"{name}[{i}].text must be a string"
+    return None
+
+
+def _trace_problem(rec: dict) -> str | None:
+    """Why a trace record cannot be shown, checking the fields the report reads (the full schema was
+    checked when the run was scored; re-validating every field costs more than the whole page)."""
+    qid, trial = rec.get("query_id"), rec.get("trial", 0)
+    if not isinstance(qid, str) or not qid:
+        return "query_id must be a non-empty string"
+    if not _is_int(trial) or trial < 0:
+        return "trial must be a non-negative integer"
+    outcome, answer = rec.get("outcome"), rec.get("answer")
+    if outcome is not None and outcome not in OUTCOMES:
+        return f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}"
+    if answer is not None and not isinstance(answer, str):
+        return "answer must be a string or null"
+    if outcome == "answered" and answer is None:
+        return "outcome 'answered' needs an 'answer'"
+    for name, nullable in (("fused", False), ("reranked", True), ("packed", False)):
+        why = _unit_problem(rec.get(name, None if nullable else []), name, nullable)
+        if why:
+            return why
+    return None
+
+
+def read_report_traces(path: str | Path) -> RunTraces:
+    """Read a trace file for the report: each record's shown fields, with problems counted per line."""
+    out, seen = RunTraces(), {}
+    with Path(path).open("rb") as fh:
+        for lineno, blob in enumerate(fh, start=1):
+            try:
+                raw = blob.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                out.problems.append((lineno, f"not UTF-8 (byte 0x{blob[exc.start]:02x}); re-encode the file"))
+                continue
+            if lineno == 1:
+                raw = raw.removeprefix("\ufeff")
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except (ValueError, RecursionError) as exc:
+                out.problems.append((lineno, f"not valid JSON ({getattr(exc, 'msg', exc)})"))
+                continue
+            if not isinstance(rec, dict):
+                out.problems.append((lineno, f"expected a JSON object, got {type(rec).__name__}"))
+                continue
+            kind = rec.get("type")
+            if kind == "header":
+                continue  # the run's pins come from the store
+            why = _trace_problem(rec) if kind == "trace" else f"unknown record type {kind!r}"
+            if why:
+                out.problems.append((lineno, why))
+                continue
+            key = (rec["query_id"], rec.get("trial", 0))
+            if key in seen:
+                out.problems.append((lineno, f"duplicate trace for query {key[0]!r} trial {key[1]} "
+                                             f"(first at line {seen[key]}); skipped"))
+                continue
+            seen[key] = lineno
+            if key[1] != 0:
+                continue
+            fused, reranked, packed = rec.get("fused") or [], rec.get("reranked"), rec.get("packed") or []
+            ranked = reranked if reranked is not None else fused
+            if fused or reranked:
+                out.ranked[key[0]] = [(u["doc_id"], u["start"], u["end"]) for u in ranked]
+            out.shown[key[0]] = (rec.get("outcome"), rec.get("answer"),
+                                 [(u["doc_id"], u["start"], u["end"], u.get("text"))
+                                  for u in (ranked or packed)[:MAX_RETRIEVED_SHOWN]])
+    return out
+
+
+def load_run_traces(rec, traces_dir: str | Path | None = None) -> tuple[RunTraces | None, str | None]:
+    """Trial 0 of a run's traces, as shown in the report, and why they are unavailable (None when they loaded).
 
     The traces are ``<folder>/<run_id>.jsonl`` in ``traces_dir``, else in the folder recorded with the run."""
     folder = traces_dir or (rec.extra or {}).get("traces_dir")
     if not folder:
-        return {}, (f"run {rec.name}: no traces folder was recorded with the run and none was given; "
-                    f"pass --traces-dir (the folder `ragassay run --traces-dir` wrote)")
+        return None, (f"run {rec.name}: no traces folder was recorded with the run and none was given; "
+                      f"pass --traces-dir (the folder `ragassay run --traces-dir` wrote)")
     folder = Path(folder)
     if not folder.is_dir():
         what = "is not a folder" if folder.exists() else "does not exist"
-        return {}, f"run {rec.name}: traces folder {folder} {what}; pass --traces-dir"
+        return None, f"run {rec.name}: traces folder {folder} {what}; pass --traces-dir"
     path = folder / f"{rec.run_id}.jsonl"
     if not path.is_file():
-        return {}, f"run {rec.name}: no {path.name} in {folder}; pass the --traces-dir that holds it"
-    _, traces, problems = read_traces(path, strict=False)
-    by_key = {t.key: t for t in traces}
-    if problems:
-        return by_key, (f"run {rec.name}: {len(problems)} malformed record(s) in {path} were skipped "
-                        f"(first: line {problems[0].line}: {problems[0].message})")
-    return by_key, None
+        return None, f"run {rec.name}: no {path.name} in {folder}; pass the --traces-dir that holds it"
+    traces = read_report_traces(path)
+    if traces.problems:
+        line, msg = traces.problems[0]
+        return traces, (f"run {rec.name}: {len(traces.problems)} malformed record(s) in {path} were skipped "
+                        f"(first: line {line}: {msg})")
+    return traces, None
 
 
 def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
@@ -75,7 +190,8 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
                       traces_dir: str | Path | None = None, title: str = "ragassay report") -> dict:
     recs = [store.get_run(r) for r in run_ids]
     names = [r.name for r in recs]
-    summaries = {r.run_id: run_summary(store.results(r.run_id)) for r in recs}
+    results = {r.run_id: store.results(r.run_id) for r in recs}
+    summaries = {r.run_id: run_summary(results[r.run_id]) for r in recs}
     data: dict = {
         "title": title,
         "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -133,11 +249,11 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
     data["warnings"] = [u["reason"] for u in unavailable]
     data["traces_unavailable"] = unavailable
     idx = EvidenceIndex(golden)
-    _curves_and_movement(data, recs, traces, golden, idx)
-    data["rerank_movement"] = [_movement(store, r) for r in recs if "rerank_rescued" in by_run[r.run_id]]
-    data["abstention"] = [_abstention(r, by_run[r.run_id], store) for r in recs
+    data["recall_curves"] = [c for r in recs if (c := _recall_curve(r, traces[r.run_id], golden, idx))]
+    data["rerank_movement"] = [_movement(results[r.run_id], r) for r in recs if "rerank_rescued" in by_run[r.run_id]]
+    data["abstention"] = [_abstention(r, by_run[r.run_id], results[r.run_id]) for r in recs
                           if "abstention_recall" in by_run[r.run_id]]
-    data["latency"] = [{"run": r.name, "values_ms": _latencies(store, r.run_id)} for r in recs]
+    data["latency"] = [{"run": r.name, "values_ms": _latencies(results[r.run_id])} for r in recs]
     if oracle_ladder:
         data["oracle_ladder"] = oracle_ladder
     if gate is not None:
@@ -145,132 +261,231 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
                         "candidate": gate.comparison.run_b.name,
                         "checks": [{"name": c.name, "kind": c.kind, "verdict": c.verdict, "detail": c.detail}
                                    for c in gate.checks]}
-    data["queries"], data["worst_regressions"] = _queries(store, recs, traces, golden, corpus, idx, comparisons)
+    del results
+    data["query_columns"] = [m for m in QUERY_COLUMNS if m in present][:2] or sorted(present)[:2]
+    data["queries"], data["worst_regressions"] = _queries(store, recs, traces, golden, corpus, idx, comparisons,
+                                                          data["query_columns"])
     return data
 
 
-def _curves_and_movement(data, recs, traces, golden, idx) -> None:
-    curves = []
-    for r in recs:
-        tr = traces[r.run_id]
-        if not tr:
-            continue
-        lists, keys = [], []
-        for q in golden.queries:
-            t = tr.get((q.query_id, 0))
-            if t is None or not (t.fused or t.reranked):
-                continue
-            lists.append(t.reranked if t.reranked is not None else t.fused)
-            keys.append(q.query_id)
-        if not lists:
-            continue
-        depth = max(len(x) for x in lists)
-        thr = r.relevance_threshold or 2
-        hits = np.zeros((len(lists), depth))
-        n_rel = np.zeros(len(lists))
-        for i, (qid, units) in enumerate(zip(keys, lists, strict=True)):
-            rel = [e for e in golden[qid].evidence if e.grade >= thr]
-            n_rel[i] = len(rel)
-            if not rel or not units:
-                continue
-            unit_i, ev_i = idx.hit_pairs(idx.encode([qid] * len(units), [u.doc_id for u in units]),
-                                         [u.start for u in units], [u.end for u in units], HitRule.parse(r.hit_rule))
-            first: dict[int, int] = {}
-            for u, e in zip(unit_i.tolist(), ev_i.tolist(), strict=True):
-                if idx.grade[e] >= thr:
-                    first[e] = min(first.get(e, depth), u)
-            for rank in first.values():
-                hits[i, rank] += 1
-        ok = n_rel > 0
-        if not ok.any():
-            continue
-        cum = np.cumsum(hits[ok], axis=1) / n_rel[ok, None]
-        ks = [k for k in (1, 2, 3, 5, 10, 20, 30, 50, 100) if k <= depth]
-        curves.append({"run": r.name, "k": ks, "recall": [float(cum[:, k - 1].mean()) for k in ks]})
-    data["recall_curves"] = curves
+def _recall_curve(rec, tr: RunTraces | None, golden: GoldenSet, idx: EvidenceIndex) -> dict | None:
+    """Mean recall@k of the ranked (reranked, else fused) list over the queries with relevant evidence,
+    every unit of every query scored in one vectorised pass."""
+    if tr is None or not tr.ranked:
+        return None
+    lists = [(i, tr.ranked[q.query_id]) for i, q in enumerate(golden.queries) if q.query_id in tr.ranked]
+    if not lists:
+        return None
+    depth = max(len(u) for _, u in lists)
+    thr = rec.relevance_threshold or 2
+    n_rel = np.asarray([sum(e.grade >= thr for e in golden.queries[i].evidence) for i, _ in lists], dtype=float)
+    row = np.repeat(np.arange(len(lists)), [len(u) for _, u in lists])
+    rank = np.concatenate([np.arange(len(u)) for _, u in lists]) if len(row) else np.zeros(0, dtype=int)
+    flat = [x for _, u in lists for x in u]
+    qids = [golden.queries[i].query_id for i, u in lists for _ in u]
+    unit_i, ev_i = idx.hit_pairs(idx.encode(qids, [x[0] for x in flat]), [x[1] for x in flat],
+                                 [x[2] for x in flat], HitRule.parse(rec.hit_rule))
+    keep = idx.grade[ev_i] >= thr
+    unit_i, ev_i = unit_i[keep], ev_i[keep]
+    hits = np.zeros((len(lists), depth))
+    if len(unit_i):
+        # each relevant span counts once, at the first rank that hits it
+        first = np.full(len(idx.grade), depth, dtype=np.int64)
+        np.minimum.at(first, ev_i, rank[unit_i])
+        ev_row = np.full(len(idx.grade), -1, dtype=np.int64)
+        ev_row[ev_i] = row[unit_i]
+        found = np.flatnonzero(first < depth)
+        np.add.at(hits, (ev_row[found], first[found]), 1)
+    ok = n_rel > 0
+    if not ok.any():
+        return None
+    cum = np.cumsum(hits[ok], axis=1) / n_rel[ok, None]
+    ks = [k for k in (1, 2, 3, 5, 10, 20, 30, 50, 100) if k <= depth]
+    return {"run": rec.name, "k": ks, "recall": [float(cum[:, k - 1].mean()) for k in ks]}
 
 
-def _movement(store, rec) -> dict:
+def _values(res: pa.Table, metric: str) -> np.ndarray:
+    """Every value of one metric in a run's rows (all trials), NaN where undefined."""
+    col = res.filter(pc.equal(res["metric"], metric))["value"]
+    return col.to_numpy(zero_copy_only=False).astype(float) if len(col) else np.zeros(0)
+
+
+def _movement(res: pa.Table, rec) -> dict:
     names = ("rescued", "broke", "kept", "missed_both")
-    cols = store.results(rec.run_id, metrics=[f"rerank_{n}" for n in names]).to_pydict()
-    counts = dict.fromkeys(names, 0)
-    for m, v in zip(cols["metric"], cols["value"], strict=True):
-        if v:
-            counts[m.removeprefix("rerank_")] += int(v)
+    counts = {n: int(np.nansum(_values(res, f"rerank_{n}"))) for n in names}
     final_k = ((rec.config or {}).get("reranker") or {}).get("final_k")
     return {"run": rec.name, "final_k": final_k, **counts}
 
 
-def _abstention(rec, metrics: dict, store) -> dict:
-    cols = store.results(rec.run_id, metrics=["abstention_recall", "over_refusal", "refused", "error"]).to_pydict()
-    ab = [v for m, v in zip(cols["metric"], cols["value"], strict=True) if m == "abstention_recall" and v is not None]
-    ov = [v for m, v in zip(cols["metric"], cols["value"], strict=True) if m == "over_refusal" and v is not None]
-    tp, fp = sum(ab), sum(ov)
+def _abstention(rec, metrics: dict, res: pa.Table) -> dict:
+    ab, ov = _values(res, "abstention_recall"), _values(res, "over_refusal")
+    ab, ov = ab[~np.isnan(ab)], ov[~np.isnan(ov)]
+    tp, fp = float(ab.sum()), float(ov.sum())
     return {"run": rec.name, "abstention_recall": _num(metrics["abstention_recall"]["mean"]),
             "over_refusal": _num(metrics.get("over_refusal", {}).get("mean")),
             "abstention_precision": (tp / (tp + fp)) if (tp + fp) else None,
-            "n_negative": len(ab), "n_answerable": len(ov),
-            "refused": int(sum(v or 0 for m, v in zip(cols["metric"], cols["value"], strict=True) if m == "refused")),
-            "errors": int(sum(v or 0 for m, v in zip(cols["metric"], cols["value"], strict=True) if m == "error"))}
+            "n_negative": int(ab.size), "n_answerable": int(ov.size),
+            "refused": int(np.nansum(_values(res, "refused"))), "errors": int(np.nansum(_values(res, "error")))}
 
 
-def _latencies(store, run_id: str) -> list[float]:
-    cols = store.results(run_id).to_pydict()
-    seen, out = set(), []
-    for q, t, lat in zip(cols["query_id"], cols["trial"], cols["latency_ms"], strict=True):
-        if (q, t) not in seen:
-            seen.add((q, t))
-            if lat is not None:
-                out.append(float(lat))
-    return out
+def _latencies(res: pa.Table) -> list[float]:
+    """One latency per (query, trial): every row of a query carries the same figure; null is not measured."""
+    per = res.select(["query_id", "trial", "latency_ms"]).group_by(["query_id", "trial"]).aggregate(
+        [("latency_ms", "min")])
+    v = per["latency_ms_min"].to_numpy(zero_copy_only=False).astype(float)
+    return v[~np.isnan(v)].tolist()
 
 
-def _queries(store, recs, traces, golden: GoldenSet, corpus, idx, comparisons):
-    per_run_values = {}
+class _Spans:
+    """Evidence and retrieved spans, each (doc, start, end, text) stored once and referred to by index."""
+
+    def __init__(self):
+        self.index: dict = {}
+        self.doc, self.start, self.end, self.text = [], [], [], []
+
+    def add(self, doc_id: str, start: int, end: int, text: str) -> int:
+        key = (doc_id, start, end, text)
+        i = self.index.get(key)
+        if i is None:
+            i = self.index[key] = len(self.doc)
+            self.doc.append(doc_id)
+            self.start.append(start)
+            self.end.append(end)
+            self.text.append(text)
+        return i
+
+    def table(self) -> dict:
+        limit = _budget(TEXT_BUDGET, len(self.text), MAX_TEXT)
+        exact = [len(t) == e - s for t, s, e in zip(self.text, self.start, self.end, strict=True)]
+        cut = [len(t) > limit for t in self.text]
+        return {"doc_id": self.doc, "start": self.start, "end": self.end,
+                "text": [t[:limit] for t in self.text], "exact": exact, "cut": cut,
+                "max_chars": limit, "n_cut": sum(cut)}
+
+
+def _wide_trial0(store, rec, metrics: list[str], pos: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(n_queries, n_metrics) values of trial 0 in golden order, NaN when undefined, and which queries
+    have rows."""
+    values = np.full((len(pos), len(metrics)), np.nan)
+    present = np.zeros(len(pos), dtype=bool)
+    if not metrics:
+        return values, present
+    wide = store.results_wide(rec.run_id, metrics)
+    sel = np.flatnonzero(wide.trials == 0)
+    rows = np.fromiter((pos.get(q, -1) for q in wide.query_ids[sel]), dtype=np.int64, count=len(sel))
+    ok = rows >= 0
+    values[rows[ok]] = wide.values[sel[ok]]
+    present[rows[ok]] = True
+    return values, present
+
+
+def _queries(store, recs, traces, golden: GoldenSet, corpus, idx, comparisons, columns: list[str]):
+    """The per-query table in columns (see docs/report.md, "queries"): plain lists, one entry per query in
+    golden order, spans stored once, so 100,000 queries cost arrays rather than a million dicts."""
+    qs = golden.queries
+    pos = {q.query_id: i for i, q in enumerate(qs)}
+    n = len(qs)
+    spans = _Spans()
+    ev_n, ev_span, ev_grade = [], [], []
+    for q in qs:
+        ev_n.append(len(q.evidence))
+        for e in q.evidence:
+            text = corpus[e.doc_id].text[e.start:e.end] if e.doc_id in corpus else e.quote
+            ev_span.append(spans.add(e.doc_id, e.start, e.end, text))
+            ev_grade.append(e.grade)
+    metric_sets = {r.run_id: store.metrics(r.run_id) for r in recs}
+    n_values = n * sum(len(m) for m in metric_sets.values())
+    full = n_values <= MAX_EMBEDDED_VALUES
+    wide = {}
     for r in recs:
-        cols = store.results(r.run_id).to_pydict()
-        vals: dict[str, dict[str, float | None]] = {}
-        for q, t, m, v in zip(cols["query_id"], cols["trial"], cols["metric"], cols["value"], strict=True):
-            if t == 0:
-                vals.setdefault(q, {})[m] = _num(v)
-        per_run_values[r.run_id] = vals
-    worst: dict[str, dict] = {}
+        ms = metric_sets[r.run_id] if full else [m for m in columns if m in metric_sets[r.run_id]]
+        wide[r.run_id] = (ms, *_wide_trial0(store, r, ms, pos))
+    answer_limit = _budget(ANSWER_BUDGET, n * len(recs), 4_000)
+    runs, n_answers_cut = [], 0
+    for r in recs:
+        tr = traces[r.run_id]
+        ms, values, present = wide[r.run_id]
+        outcome, answer, ret_n, ret_span, ret_grade = [None] * n, [None] * n, [0] * n, [], []
+        units, unit_q = [], []
+        if tr is not None:
+            for qid, (o, a, shown) in tr.shown.items():
+                i = pos.get(qid)
+                if i is None:
+                    continue
+                outcome[i] = o
+                if a is not None and len(a) > answer_limit:
+                    a, n_answers_cut = a[:answer_limit], n_answers_cut + 1
+                answer[i] = a
+                ret_n[i] = len(shown)
+                units.append(shown)
+                unit_q.append(i)
+        # units in query order, so each query's run of units follows the counts in ret_n
+        order = np.argsort(np.asarray(unit_q, dtype=np.int64), kind="stable")
+        flat = [(unit_q[k], u) for k in order.tolist() for u in units[k]]
+        if flat:
+            grades, _ = idx.grades([qs[i].query_id for i, _ in flat], [u[0] for _, u in flat],
+                                   [u[1] for _, u in flat], [u[2] for _, u in flat], HitRule.parse(r.hit_rule))
+            ret_grade = grades.tolist()
+        for _, (doc, s, e, text) in flat:
+            body = corpus[doc].text[s:e] if doc in corpus else (text or "")
+            ret_span.append(spans.add(doc, s, e, body))
+        runs.append({"name": r.name, "present": present.tolist(), "outcome": outcome, "answer": answer,
+                     "metrics": {m: _rounded(values[:, j]) for j, m in enumerate(ms)},
+                     "retrieved": {"n": ret_n, "span": ret_span, "grade": ret_grade}})
+    worst_delta = np.full(n, np.inf)
+    worst_pair: list = [None] * n
     for c in comparisons:
-        va, vb = per_run_values.get(c.run_a.run_id, {}), per_run_values.get(c.run_b.run_id, {})
-        for q in golden.queries:
-            a = (va.get(q.query_id) or {}).get(FOREST_METRIC)
-            b = (vb.get(q.query_id) or {}).get(FOREST_METRIC)
-            if a is None or b is None:
-                continue
-            d = b - a
-            if q.query_id not in worst or d < worst[q.query_id]["delta"]:
-                worst[q.query_id] = {"metric": FOREST_METRIC, "baseline": c.run_a.name, "candidate": c.run_b.name,
-                                     "delta": d}
-    out = []
-    for q in golden.queries:
-        ev = [{"doc_id": e.doc_id, "start": e.start, "end": e.end, "grade": e.grade,
-               "text": _clip(corpus[e.doc_id].text[e.start:e.end])} for e in q.evidence]
-        runs = {}
-        for r in recs:
-            t = traces[r.run_id].get((q.query_id, 0))
-            retrieved = []
-            if t is not None:
-                units = (t.reranked if t.reranked is not None else t.fused) or t.packed
-                units = units[:MAX_RETRIEVED_SHOWN]
-                if units:
-                    grades, _ = idx.grades([q.query_id] * len(units), [u.doc_id for u in units],
-                                           [u.start for u in units], [u.end for u in units],
-                                           HitRule.parse(r.hit_rule))
-                    for rank, (u, g) in enumerate(zip(units, grades.tolist(), strict=True), 1):
-                        text = corpus[u.doc_id].text[u.start:u.end] if u.doc_id in corpus else (u.text or "")
-                        retrieved.append({"rank": rank, "doc_id": u.doc_id, "start": u.start, "end": u.end,
-                                          "grade": g, "text": _clip(text)})
-            runs[r.name] = {"outcome": t.outcome if t else None, "answer": t.answer if t else None,
-                            "metrics": per_run_values[r.run_id].get(q.query_id, {}), "retrieved": retrieved}
-        w = worst.get(q.query_id)
-        out.append({"query_id": q.query_id, "stratum": q.stratum, "question": q.question,
-                    "answerable": q.answerable, "evidence": ev, "runs": runs,
-                    "worst_delta": w if w and w["delta"] < 0 else None})
-    ranked = sorted((q for q in out if q["worst_delta"]), key=lambda q: q["worst_delta"]["delta"])
-    return out, [q["query_id"] for q in ranked[:10]]
+        fa, fb = _metric(wide[c.run_a.run_id], FOREST_METRIC), _metric(wide[c.run_b.run_id], FOREST_METRIC)
+        if fa is None or fb is None:
+            continue
+        d = fb - fa
+        better = np.flatnonzero(~np.isnan(d) & (d < worst_delta))
+        worst_delta[better] = d[better]
+        for i in better.tolist():
+            worst_pair[i] = (c.run_a.name, c.run_b.name)
+    regressed = np.flatnonzero(worst_delta < 0)
+    worst = {"metric": FOREST_METRIC,
+             "delta": [float(worst_delta[i]) if worst_delta[i] < 0 else None for i in range(n)],
+             "baseline": [worst_pair[i][0] if worst_delta[i] < 0 else None for i in range(n)],
+             "candidate": [worst_pair[i][1] if worst_delta[i] < 0 else None for i in range(n)]}
+    ranked = regressed[np.argsort(worst_delta[regressed], kind="stable")][:10]
+    table = {"query_id": [q.query_id for q in qs], "stratum": [q.stratum for q in qs],
+             "question": [q.question for q in qs], "answerable": [q.answerable for q in qs],
+             "evidence": {"n": ev_n, "span": ev_span, "grade": ev_grade}, "spans": spans.table(),
+             "runs": runs, "worst": worst, "answer_max_chars": answer_limit, "n_answers_cut": n_answers_cut,
+             "metrics_omitted": 0 if full else n_values - sum(len(w[0]) for w in wide.values()) * n}
+    return table, [qs[i].query_id for i in ranked.tolist()]
 
+
+def _metric(w, metric: str) -> np.ndarray | None:
+    ms, values, _ = w
+    return values[:, ms.index(metric)] if metric in ms else None
+
+
+def _rounded(v: np.ndarray) -> list:
+    """Values for the page: six decimals (the page shows three), None for undefined."""
+    r = np.round(v, 6)
+    return [None if x != x else x for x in r.tolist()]
+
+
+def write_queries_parquet(store, run_ids: list[str], path: str | Path) -> Path:
+    """Every result row of the runs, long format (one row per run x query x trial x metric, with the
+    query's stratum and latency), written to ``path`` under a temporary name and moved into place."""
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    writer = None
+    for ref in run_ids:
+        rec = store.get_run(ref)
+        res = store.results(rec.run_id)
+        res = res.select([c for c in ("query_id", "trial", "metric", "value", "stratum", "latency_ms")
+                          if c in res.column_names])
+        res = res.add_column(0, "run_name", pa.array([rec.name] * res.num_rows, pa.string()))
+        res = res.add_column(0, "run_id", pa.array([rec.run_id] * res.num_rows, pa.string()))
+        if writer is None:
+            writer = pq.ParquetWriter(buf, res.schema, compression="zstd")
+        writer.write_table(res.cast(writer.schema))
+    if writer is not None:
+        writer.close()
+    atomic_write_bytes(Path(path), buf.getvalue())
+    return Path(path)

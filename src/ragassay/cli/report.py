@@ -49,7 +49,7 @@ def report(
 
     The golden set and corpus must be the ones the runs were scored on (checked against the runs' pins)."""
     from ragassay.analysis.compare import compare_runs
-    from ragassay.analysis.report_data import build_report_data
+    from ragassay.analysis.report_data import PARQUET_NAME, build_report_data, write_queries_parquet
     from ragassay.analysis.runner import load_inputs
     from ragassay.report import render_report
     from ragassay.store import Store
@@ -64,15 +64,20 @@ def report(
                        for r in recs[1:]]
         data = build_report_data(st, [r.run_id for r in recs], gs, corp, comparisons=comparisons,
                                  traces_dir=traces_dir, title=f"ragassay report: {', '.join(r.name for r in recs)}")
-    path = render_report(data, out)
+        # The page first: a folder holding only a Parquet file would not be recognised as a report next time.
+        data["parquet"] = PARQUET_NAME
+        path = render_report(data, out)
+        parquet = write_queries_parquet(st, [r.run_id for r in recs], out / PARQUET_NAME)
     warnings = data.get("warnings", [])
     if json_out:
-        print_json({"report": str(path), "bytes": path.stat().st_size, "runs": [r.run_id for r in recs],
+        print_json({"report": str(path), "bytes": path.stat().st_size, "parquet": str(parquet),
+                    "parquet_bytes": parquet.stat().st_size, "runs": [r.run_id for r in recs],
                     "warnings": warnings})
         return
     for w in warnings:
         err_console.print(Text("warning: ", style="yellow") + Text(w))
-    console.print(f"report written to [bold]{escape(str(path))}[/] ({path.stat().st_size / 1024:.0f} KB)")
+    console.print(f"report written to [bold]{escape(str(path))}[/] ({path.stat().st_size / 1024:.0f} KB), "
+                  f"per-query results in {escape(str(parquet))}")
 
 
 def register(app: typer.Typer) -> None:

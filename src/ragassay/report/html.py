@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -57,7 +59,10 @@ VERDICT_CLASS = {
 }
 GATE_CLASS = {"PASS": "pass", "WARN": "warn", "FAIL": "fail"}
 DEFAULT_QUERY_COLUMNS = 2
+# Rows the per-query table draws at once; the rest wait in the embedded data until paged, sorted or found.
+QUERY_PAGE_SIZE = 100
 _TEMPLATES = Path(__file__).parent / "templates"
+_PARQUET_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*\.parquet")
 
 
 def render_report(data: Mapping, out_dir: str | Path) -> Path:
@@ -197,6 +202,11 @@ def build_context(data: Mapping) -> dict:
             )
         ],
     }
+    parquet = data.get("parquet")
+    if parquet is not None and not (isinstance(parquet, str) and _PARQUET_NAME.fullmatch(parquet)):
+        raise _fail("parquet", f"must be a file name beside the page, got {parquet!r}",
+                    "give the bare name, e.g. queries.parquet")
+    ctx["parquet"] = parquet
     queries = _queries_view(data, run_names) if "queries" in data else None
     ctx["queries"] = queries
     ctx["worst"] = _worst_view(data, queries) if "worst_regressions" in data else None
@@ -580,211 +590,233 @@ def _gate_view(g: object) -> dict:
     }
 
 
-def _overlaps(a0: int, a1: int, b0: int, b1: int) -> bool:
-    return a0 < b1 and b0 < a1
+def _compact_from_rows(queries: Sequence, run_names: list[str]) -> dict:
+    """The row form of ``queries`` (one object per query, as documented) turned into the column form
+    ``build_report_data`` writes, validating as it goes."""
+    rows = [_mapping(q, f"queries[{i}]") for i, q in enumerate(queries)]
+    qruns = list(run_names)
+    for i, q in enumerate(rows):
+        _need(q, "query_id", f"queries[{i}]")
+        for name in _mapping(q.get("runs") or {}, f"queries[{i}].runs"):
+            if str(name) not in qruns:
+                qruns.append(str(name))
+    spans: dict = {}
+    span_cols: dict[str, list] = {"doc_id": [], "start": [], "end": [], "text": [], "exact": []}
+
+    def span(x: Mapping) -> int:
+        s, e = x.get("start"), x.get("end")
+        s = int(s) if fmt.is_number(s) else None
+        e = int(e) if fmt.is_number(e) else None
+        key = (str(x.get("doc_id", "")), s, e, str(x.get("text") or ""))
+        if key not in spans:
+            spans[key] = len(span_cols["doc_id"])
+            for k, v in zip(("doc_id", "start", "end", "text"), key, strict=True):
+                span_cols[k].append(v)
+            span_cols["exact"].append(s is not None and e is not None and len(key[3]) == e - s)
+        return spans[key]
+
+    ev = {"n": [], "span": [], "grade": []}
+    runs = {name: {"name": name, "present": [], "outcome": [], "answer": [], "metrics": {},
+                   "retrieved": {"n": [], "span": [], "grade": []}} for name in qruns}
+    worst = {"metric": "", "delta": [], "baseline": [], "candidate": []}
+    metrics_seen: dict[str, list[str]] = {name: [] for name in qruns}
+    for i, q in enumerate(rows):
+        evidence = [_mapping(e, f"queries[{i}].evidence[{j}]")
+                    for j, e in enumerate(_list(q.get("evidence") or [], f"queries[{i}].evidence"))]
+        ev["n"].append(len(evidence))
+        for e in evidence:
+            ev["span"].append(span(e))
+            ev["grade"].append(e.get("grade"))
+        runs_map = q.get("runs") or {}
+        for name in qruns:
+            rr = runs_map.get(name)
+            out = runs[name]
+            out["present"].append(rr is not None)
+            rr = _mapping(rr or {}, f"queries[{i}].runs.{name}")
+            out["outcome"].append(rr.get("outcome"))
+            out["answer"].append(rr.get("answer"))
+            for m, v in _mapping(rr.get("metrics") or {}, f"queries[{i}].runs.{name}.metrics").items():
+                if str(m) not in out["metrics"]:
+                    out["metrics"][str(m)] = [None] * i
+                    metrics_seen[name].append(str(m))
+                out["metrics"][str(m)].append(v)
+            for col in out["metrics"].values():
+                if len(col) == i:
+                    col.append(None)
+            units = [_mapping(u, f"queries[{i}].runs.{name}.retrieved[{j}]")
+                     for j, u in enumerate(_list(rr.get("retrieved") or [], f"queries[{i}].runs.{name}.retrieved"))]
+            out["retrieved"]["n"].append(len(units))
+            for u in units:
+                out["retrieved"]["span"].append(span(u))
+                out["retrieved"]["grade"].append(u.get("grade"))
+        wd = q.get("worst_delta")
+        wd = _mapping(wd, f"queries[{i}].worst_delta") if wd else {}
+        worst["metric"] = worst["metric"] or str(wd.get("metric", ""))
+        worst["delta"].append(wd.get("delta"))
+        worst["baseline"].append(wd.get("baseline"))
+        worst["candidate"].append(wd.get("candidate"))
+    return {
+        "query_id": [str(q["query_id"]) for q in rows],
+        "stratum": [str(q.get("stratum", "")) for q in rows],
+        "question": [str(q.get("question", "")) for q in rows],
+        "answerable": [q.get("answerable") for q in rows],
+        "evidence": ev,
+        "spans": {**span_cols, "cut": [False] * len(span_cols["doc_id"])},
+        "runs": [runs[name] for name in qruns],
+        "worst": worst,
+    }
 
 
-def _segments(unit: Mapping, evidence: Sequence[Mapping]) -> list[tuple[str, bool]]:
-    """Split a retrieved unit's text into (text, is_evidence) pieces, marking the characters that fall
-    inside an evidence span of the same document. Marks are drawn only when the text is exactly the
-    unit's canonical slice (len == end − start); otherwise the offsets would point at the wrong letters."""
-    text = str(unit.get("text") or "")
-    s, e = unit.get("start"), unit.get("end")
-    if not (fmt.is_number(s) and fmt.is_number(e)) or len(text) != int(e) - int(s) or not text:
-        return [(text, False)] if text else []
-    s, e = int(s), int(e)
-    mask = np.zeros(len(text), dtype=bool)
-    for ev in evidence:
-        es, ee = ev.get("start"), ev.get("end")
-        if str(ev.get("doc_id")) == str(unit.get("doc_id")) and fmt.is_number(es) and fmt.is_number(ee):
-            lo, hi = max(int(es), s) - s, min(int(ee), e) - s
-            if lo < hi:
-                mask[lo:hi] = True
-    out: list[tuple[str, bool]] = []
-    change = np.flatnonzero(np.diff(mask.astype(np.int8))) + 1
-    bounds = [0, *change.tolist(), len(text)]
-    for a, b in zip(bounds, bounds[1:], strict=False):
-        out.append((text[a:b], bool(mask[a])))
-    return out
+def _column(t: Mapping, key: str, path: str, n: int | None) -> list:
+    col = _list(_need(t, key, path), f"{path}.{key}")
+    if n is not None and len(col) != n:
+        raise _fail(f"{path}.{key}", f"has {len(col)} entries, expected {n}", "give one entry per query")
+    return list(col)
 
 
-def _is_hit(unit: Mapping, evidence: Sequence[Mapping]) -> bool:
-    """A unit is highlighted when its scored grade is positive; without a grade, when it overlaps an
-    evidence span of the same document (the any_overlap rule)."""
-    g = unit.get("grade")
-    if fmt.is_defined(g):
-        return float(g) > 0
-    s, e = unit.get("start"), unit.get("end")
-    if not (fmt.is_number(s) and fmt.is_number(e)):
-        return False
-    return any(
-        str(ev.get("doc_id")) == str(unit.get("doc_id"))
-        and fmt.is_number(ev.get("start"))
-        and fmt.is_number(ev.get("end"))
-        and _overlaps(int(s), int(e), int(ev["start"]), int(ev["end"]))
-        for ev in evidence
-    )
+def _numeric(col: list, path: str) -> list:
+    for i, v in enumerate(col):
+        if v is not None and not fmt.is_number(v):
+            raise _fail(f"{path}[{i}]", f"must be a number or null, got {v!r}", "write null for undefined")
+    # NaN is not JSON; undefined is null on the page
+    return [None if v is None or not math.isfinite(float(v)) else v for v in col]
 
 
-def _span(x: Mapping) -> str:
-    s, e = x.get("start"), x.get("end")
-    return f"{fmt.num(s)}–{fmt.num(e)}" if s is not None and e is not None else ""
+def _strings(col: list) -> list:
+    return [None if v is None else str(v) for v in col]
+
+
+def _runs_of(col: Mapping, path: str, n_units: int, n_spans: int) -> dict:
+    """A ``{n, span, grade}`` list of units per query: checked that the counts add up and spans exist."""
+    counts = [int(x) for x in _numeric(_column(col, "n", path, None), f"{path}.n")]
+    span = _column(col, "span", path, sum(counts))
+    if any(not fmt.is_number(s) or not 0 <= int(s) < n_spans for s in span):
+        raise _fail(f"{path}.span", f"refers to a span outside queries.spans (0..{n_spans - 1})",
+                    "refer to spans by their index")
+    grade = _numeric(_column(col, "grade", path, sum(counts)), f"{path}.grade")
+    if len(counts) != n_units:
+        raise _fail(f"{path}.n", f"has {len(counts)} entries, expected {n_units}", "give one count per query")
+    return {"n": counts, "span": [int(s) for s in span], "grade": grade}
 
 
 def _queries_view(data: Mapping, run_names: list[str]) -> dict | None:
-    queries = [_mapping(q, f"queries[{i}]") for i, q in enumerate(_list(data["queries"], "queries"))]
-    for i, q in enumerate(queries):
-        _need(q, "query_id", f"queries[{i}]")
-    if not queries:
+    raw = data["queries"]
+    t = _mapping(raw, "queries") if isinstance(raw, Mapping) else _compact_from_rows(_list(raw, "queries"), run_names)
+    ids = [str(x) for x in _column(t, "query_id", "queries", None)]
+    n = len(ids)
+    if not n:
         return None
-    qruns = list(run_names)
-    metric_order: list[str] = []
-    any_outcome: dict[str, bool] = {}
-    for i, q in enumerate(queries):
-        for name, rr in _mapping(q.get("runs") or {}, f"queries[{i}].runs").items():
-            rr = _mapping(rr, f"queries[{i}].runs.{name}")
-            if str(name) not in qruns:
-                qruns.append(str(name))
-            if rr.get("outcome") is not None:
-                any_outcome[str(name)] = True
-            for m in _mapping(rr.get("metrics") or {}, f"queries[{i}].runs.{name}.metrics"):
-                if str(m) not in metric_order:
-                    metric_order.append(str(m))
+    sp = _mapping(_need(t, "spans", "queries"), "queries.spans")
+    n_spans = len(_column(sp, "doc_id", "queries.spans", None))
+    spans = {"doc_id": _strings(_column(sp, "doc_id", "queries.spans", n_spans)),
+             "start": _numeric(_column(sp, "start", "queries.spans", n_spans), "queries.spans.start"),
+             "end": _numeric(_column(sp, "end", "queries.spans", n_spans), "queries.spans.end"),
+             "text": _strings(_column(sp, "text", "queries.spans", n_spans)),
+             "exact": [bool(x) for x in _column(sp, "exact", "queries.spans", n_spans)],
+             "cut": [bool(x) for x in sp.get("cut") or [False] * n_spans]}
+    strata_col = _strings(_column(t, "stratum", "queries", n))
+    strata = sorted(set(strata_col))
+    s_index = {s: i for i, s in enumerate(strata)}
+    runs = []
+    for k, r in enumerate(_list(_need(t, "runs", "queries"), "queries.runs")):
+        p = f"queries.runs[{k}]"
+        r = _mapping(r, p)
+        metrics = _mapping(r.get("metrics") or {}, f"{p}.metrics")
+        outcome = _strings(_column(r, "outcome", p, n))
+        runs.append({
+            "name": str(_need(r, "name", p)),
+            "present": [bool(x) for x in _column(r, "present", p, n)],
+            "outcome": outcome,
+            "answer": _strings(_column(r, "answer", p, n)),
+            "metrics": {str(m): _numeric(_column(metrics, m, f"{p}.metrics", n), f"{p}.metrics.{m}")
+                        for m in metrics},
+            "retrieved": _runs_of(_mapping(_need(r, "retrieved", p), f"{p}.retrieved"), f"{p}.retrieved", n,
+                                  n_spans),
+            "any_outcome": any(o is not None for o in outcome),
+        })
     wanted = data.get("query_columns")
-    columns = (
-        [str(m) for m in _list(wanted, "query_columns")]
-        if wanted is not None
-        else metric_order[:DEFAULT_QUERY_COLUMNS]
-    )
-    anchors = fmt.anchor_ids(str(q["query_id"]) for q in queries)
-    lead = [("query", "text"), ("stratum", "text"), ("answerable", "text")]
-    groups = []
-    for run in qruns:
-        sub = ([("outcome", "text")] if any_outcome.get(run) else []) + [(m, "num") for m in columns]
-        if sub:
-            groups.append({"run": run, "sub": sub})
-    has_worst = any(q.get("worst_delta") for q in queries)
-    tail = [("worst Δ", "num")] if has_worst else []
+    metric_order: list[str] = []
+    for r in runs:
+        metric_order += [m for m in r["metrics"] if m not in metric_order]
+    columns = ([str(m) for m in _list(wanted, "query_columns")] if wanted is not None
+               else metric_order[:DEFAULT_QUERY_COLUMNS])
+    w = _mapping(t.get("worst") or {}, "queries.worst")
+    worst_delta = _numeric(_column(w, "delta", "queries.worst", n), "queries.worst.delta") if w else [None] * n
+    has_worst = any(d is not None and d < 0 for d in worst_delta)
+    lead = [("query", "text", "id"), ("stratum", "text", "stratum"), ("answerable", "text", "answerable")]
     col = 0
-    header_lead, header_groups, header_tail = [], [], []
-    for label, kind in lead:
+    header_lead, header_groups, header_tail, keys = [], [], [], []
+    for label, kind, key in lead:
         header_lead.append({"label": label, "kind": kind, "col": col})
+        keys.append([key])
         col += 1
-    for g in groups:
+    for k, r in enumerate(runs):
         subs = []
-        for label, kind in g["sub"]:
-            subs.append({"label": label, "kind": kind, "col": col, "run": g["run"]})
+        sub = ([("outcome", "text", ["outcome", k])] if r["any_outcome"] else []) + [
+            (m, "num", ["metric", k, m]) for m in columns]
+        for label, kind, key in sub:
+            subs.append({"label": label, "kind": kind, "col": col, "run": r["name"]})
+            keys.append(key)
             col += 1
-        header_groups.append({"run": g["run"], "subs": subs})
-    for label, kind in tail:
-        header_tail.append({"label": label, "kind": kind, "col": col})
+        if subs:
+            header_groups.append({"run": r["name"], "subs": subs})
+    if has_worst:
+        header_tail.append({"label": "worst Δ", "kind": "num", "col": col})
+        keys.append(["worst"])
         col += 1
-    headers = {"lead": header_lead, "groups": header_groups, "tail": header_tail, "n": col}
-    rows = []
-    for i, q in enumerate(queries):
-        qid = str(q["query_id"])
-        evidence = [
-            _mapping(e, f"queries[{i}].evidence[{j}]")
-            for j, e in enumerate(_list(q.get("evidence") or [], f"queries[{i}].evidence"))
-        ]
-        runs_map = q.get("runs") or {}
-        cells: list[dict] = []
-        details = []
-        for run in qruns:
-            rr = runs_map.get(run)
-            metrics = (rr or {}).get("metrics") or {}
-            if any_outcome.get(run):
-                out = (rr or {}).get("outcome")
-                cells.append(
-                    {
-                        "text": str(out) if out is not None else "—",
-                        "sort": str(out or ""),
-                        "cls": f"outcome outcome-{out}" if out in OUTCOMES else "outcome",
-                    }
-                )
-            for m in columns:
-                v = metrics.get(m)
-                if v is not None and not fmt.is_number(v):
-                    raise _fail(
-                        f"queries[{i}].runs.{run}.metrics.{m}",
-                        f"must be a number or null, got {v!r}",
-                        "write null for undefined",
-                    )
-                cells.append(
-                    {
-                        "text": fmt.num(v) if rr is not None else "—",
-                        "sort": fmt.sort_key(v),
-                        "cls": "num undefined" if rr is not None and not fmt.is_defined(v) else "num",
-                    }
-                )
-            if rr is None:
-                continue
-            retrieved = []
-            for j, u in enumerate(_list(rr.get("retrieved") or [], f"queries[{i}].runs.{run}.retrieved")):
-                u = _mapping(u, f"queries[{i}].runs.{run}.retrieved[{j}]")
-                retrieved.append(
-                    {
-                        "rank": fmt.num(u.get("rank")),
-                        "doc_id": str(u.get("doc_id", "")),
-                        "span": _span(u),
-                        "grade": fmt.num(u.get("grade"), 1) if u.get("grade") is not None else "unjudged",
-                        "hit": _is_hit(u, evidence),
-                        "segments": _segments(u, evidence),
-                    }
-                )
-            details.append(
-                {
-                    "run": run,
-                    "outcome": rr.get("outcome"),
-                    "answer": rr.get("answer"),
-                    "metrics": [(str(k), fmt.num(v)) for k, v in metrics.items()],
-                    "retrieved": retrieved,
-                }
-            )
-        wd = q.get("worst_delta")
-        worst = None
-        if has_worst:
-            if wd:
-                wd = _mapping(wd, f"queries[{i}].worst_delta")
-                worst = {
-                    "text": fmt.signed(wd.get("delta")),
-                    "metric": str(wd.get("metric", "")),
-                    "pair": f"{wd.get('baseline', '')} → {wd.get('candidate', '')}",
-                    "sort": fmt.sort_key(wd.get("delta")),
-                }
-            else:
-                worst = {"text": "—", "metric": "", "pair": "", "sort": ""}
-        ans = q.get("answerable")
-        rows.append(
-            {
-                "anchor": anchors[qid],
-                "query_id": qid,
-                "stratum": str(q.get("stratum", "")),
-                "question": str(q.get("question", "")),
-                "answerable": "—" if ans is None else ("yes" if ans else "no"),
-                "evidence": [
-                    {
-                        "doc_id": str(e.get("doc_id", "")),
-                        "span": _span(e),
-                        "grade": fmt.num(e.get("grade")),
-                        "text": str(e.get("text", "")),
-                    }
-                    for e in evidence
-                ],
-                "cells": cells,
-                "worst": worst,
-                "details": details,
-            }
-        )
-    strata = sorted({r["stratum"] for r in rows})
+    anchors = fmt.anchor_ids(ids)
+    payload = {
+        "id": ids,
+        "anchor": {i: a for i, (q, a) in enumerate(anchors.items()) if a != "q-" + q},
+        "strata": strata,
+        "stratum": [s_index[s] for s in strata_col],
+        "question": _strings(_column(t, "question", "queries", n)),
+        "answerable": [None if a is None else bool(a) for a in _column(t, "answerable", "queries", n)],
+        "evidence": _runs_of(_mapping(_need(t, "evidence", "queries"), "queries.evidence"), "queries.evidence", n,
+                             n_spans),
+        "spans": spans,
+        "runs": [{k: v for k, v in r.items() if k != "any_outcome"} for r in runs],
+        "columns": keys,
+        "worst": {"metric": str(w.get("metric", "")) if w else "", "delta": worst_delta,
+                  "baseline": _strings(w.get("baseline") or [None] * n) if w else [None] * n,
+                  "candidate": _strings(w.get("candidate") or [None] * n) if w else [None] * n},
+        "page_size": QUERY_PAGE_SIZE,
+    }
+    notes = []
+    n_cut = sum(spans["cut"])
+    if n_cut:
+        notes.append(f"{n_cut:,} evidence or unit texts are clipped to {sp.get('max_chars')} characters on this "
+                     "page to keep it small; the corpus holds the full text.")
+    if t.get("n_answers_cut"):
+        notes.append(f"{t['n_answers_cut']:,} answers are clipped to {t.get('answer_max_chars')} characters; the "
+                     "traces hold the full text.")
+    if t.get("metrics_omitted"):
+        notes.append(f"Only the table's metrics are embedded per query ({t['metrics_omitted']:,} other values "
+                     f"are in {data.get('parquet') or 'the store'}).")
     return {
-        "headers": headers,
-        "rows": rows,
+        "headers": {"lead": header_lead, "groups": header_groups, "tail": header_tail, "n": col},
+        "n": n,
         "strata": strata,
         "anchors": anchors,
+        "ids": ids,
+        "question": payload["question"],
+        "stratum": strata_col,
+        "worst_delta": worst_delta,
+        "worst_metric": payload["worst"]["metric"],
+        "worst_pair": list(zip(payload["worst"]["baseline"], payload["worst"]["candidate"], strict=True)),
         "columns": columns,
-        "ncols": headers["n"],
+        "ncols": col,
+        "notes": notes,
+        "json": Markup(script_json(payload)),
     }
+
+
+def script_json(obj: object) -> str:
+    """JSON for a ``<script type="application/json">`` element: ``<``, ``>``, ``&`` and U+2028/U+2029 written
+    as escapes, so no text in it can close the element or open a comment, whatever the data holds."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
 def _worst_view(data: Mapping, queries: dict | None) -> list[dict] | None:
@@ -792,17 +824,19 @@ def _worst_view(data: Mapping, queries: dict | None) -> list[dict] | None:
     if not ids:
         return None
     anchors = queries["anchors"] if queries else {}
-    by_id = {r["query_id"]: r for r in queries["rows"]} if queries else {}
+    at = {q: i for i, q in enumerate(queries["ids"])} if queries else {}
     out = []
     for qid in ids:
-        row = by_id.get(qid)
+        i = at.get(qid)
+        d = queries["worst_delta"][i] if i is not None else None
         out.append(
             {
                 "query_id": qid,
                 "anchor": anchors.get(qid),
-                "stratum": row["stratum"] if row else "",
-                "question": row["question"] if row else "",
-                "worst": row["worst"] if row else None,
+                "stratum": queries["stratum"][i] if i is not None else "",
+                "question": queries["question"][i] or "" if i is not None else "",
+                "worst": {"text": fmt.signed(d), "metric": queries["worst_metric"],
+                          "pair": "{} → {}".format(*queries["worst_pair"][i])} if d is not None else None,
             }
         )
     return out
