@@ -77,17 +77,21 @@ def test_demo_writes_store_traces_report_and_gates(demo):
 
 def test_demo_report_renders_in_chromium_and_runs_no_injected_script(demo, tmp_path):
     page = demo.report.read_text(encoding="utf-8")
-    assert PAYLOAD_SCRIPT not in page and "&lt;script&gt;document.title=" in page
+    # the query's texts are data for the page's script, with every < written as an escape
+    assert PAYLOAD_SCRIPT not in page and "\\u003cscript\\u003edocument.title=" in page
     assert not re.search(r"""(src|href)\s*=\s*["']?https?://""", page)
-    dom = _run(["--dump-dom", demo.report.as_uri()], tmp_path).stdout
+    # opened at the hostile query's anchor: the script pages to it and builds its details
+    dom = _run(["--dump-dom", demo.report.as_uri() + "#q-hostile-001"], tmp_path).stdout
     assert _head_title(dom) == "ragassay demo: four configurations on the license corpus"
     assert "PWNED" not in _head_title(dom)
     assert 'data-ready="1"' in dom  # the report's own script ran
     for plot in ("plot-forest", "plot-recall", "plot-rerank", "plot-abstention", "plot-latency"):
         assert re.search(rf'<svg[^>]*class="[^"]*{plot}', dom), plot
     table = re.search(r'<table[^>]*id="queries".*?</table>', dom, flags=re.S).group(0)
-    assert len(re.findall(r'<tbody', table)) == len(demo.golden)
-    assert "hostile-001" in table
+    n = len(demo.golden)
+    assert f'<span id="q-count" class="note">{n} queries</span>' in dom
+    assert len(re.findall(r'<tbody', table)) == n - 100  # its page: the queries after the first hundred
+    assert "hostile-001" in table and '<div class="detail-body">' in table
     text = htmllib.unescape(re.sub(r"<[^>]+>", "", table))
     assert PAYLOAD_SCRIPT in text and "onerror=\"document.title='PWNED'\"" in text
     tags = _start_tags(table)
