@@ -187,11 +187,11 @@ class FakeProvider:
         if api == "anthropic":
             user = request["messages"][-1]["content"]
             system = "".join(b["text"] for b in request.get("system", []))
-            key = headers.get("x-api-key")
         else:
             user = request["messages"][-1]["content"]
             system = request["messages"][0]["content"]
-            key = headers.get("authorization", "").removeprefix("Bearer ") or None
+        # This anthropic SDK sends the key as a bearer token; older ones send x-api-key.
+        key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ") or None
         match = TAG.search(user)
         item = match.group(1) if match else None
         attempt = self._attempts.get(item or "", 0)

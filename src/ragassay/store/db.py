@@ -138,6 +138,8 @@ class Store:
         self._con = con
         self.path = path
         self.read_only = read_only
+        # A read-only open of a store written before judge_calls existed has no such table.
+        self._judge_calls_present = True
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -220,8 +222,11 @@ class Store:
             raise SchemaError(
                 f"{self.path}: results store is missing table(s) {missing}; the file is damaged"
             )
-        if "judge_calls" not in present and not self.read_only:
-            self._con.execute(JUDGE_CALLS_DDL)
+        if "judge_calls" not in present:
+            if self.read_only:
+                self._judge_calls_present = False
+            else:
+                self._con.execute(JUDGE_CALLS_DDL)
 
     def close(self) -> None:
         self._con.close()
@@ -541,23 +546,23 @@ class Store:
             raise
         return len(rows)
 
-    def cached_judge_call(self, request_sha: str) -> dict[str, Any] | None:
-        """The stored call that answers ``request_sha`` — a paid outcome (not ``error``), preferring the
-        original paid call over rows that were themselves cache hits — or None."""
-        if not self._has_judge_calls():
-            return None
+    def cached_judge_calls(self, request_shas: Sequence[str]) -> list[dict[str, Any]]:
+        """Every stored call with a paid outcome (not ``error``) for any of ``request_shas``, original paid
+        calls before rows that were themselves cache hits: one query for a whole batch of lookups."""
+        if not self._judge_calls_present or not request_shas:
+            return []
         placeholders = ", ".join("?" for _ in JUDGE_PAID_OUTCOMES)
-        cur = self._con.execute(
-            f"SELECT {', '.join(JUDGE_CALL_COLUMNS)} FROM judge_calls WHERE request_sha = ? "
-            f"AND outcome IN ({placeholders}) ORDER BY cache_hit, created_at LIMIT 1",
-            [request_sha, *JUDGE_PAID_OUTCOMES],
-        )
-        row = cur.fetchone()
-        return None if row is None else _judge_call_dict(row)
+        rows = self._con.execute(
+            f"SELECT {', '.join(JUDGE_CALL_COLUMNS)} FROM judge_calls "
+            f"WHERE list_contains(?, request_sha) AND outcome IN ({placeholders}) "
+            "ORDER BY request_sha, cache_hit, created_at",
+            [list(request_shas), *JUDGE_PAID_OUTCOMES],
+        ).fetchall()
+        return [_judge_call_dict(r) for r in rows]
 
     def judge_call(self, run_id: str, query_id: str, trial: int, item: str) -> dict[str, Any] | None:
         """The call recorded for one (run, query, trial, item), or None."""
-        if not self._has_judge_calls():
+        if not self._judge_calls_present:
             return None
         row = self._con.execute(
             f"SELECT {', '.join(JUDGE_CALL_COLUMNS)} FROM judge_calls "
@@ -569,7 +574,7 @@ class Store:
     def judge_calls(self, run_ref: str) -> list[dict[str, Any]]:
         """The run's judge calls sorted by (query_id, trial, item); ``verdict`` parsed back to a dict."""
         run_id = self.get_run(run_ref).run_id
-        if not self._has_judge_calls():
+        if not self._judge_calls_present:
             return []
         rows = self._con.execute(
             f"SELECT {', '.join(JUDGE_CALL_COLUMNS)} FROM judge_calls WHERE run_id = ? "
@@ -577,14 +582,6 @@ class Store:
             [run_id],
         ).fetchall()
         return [_judge_call_dict(r) for r in rows]
-
-    def _has_judge_calls(self) -> bool:
-        return bool(
-            self._con.execute(
-                "SELECT 1 FROM information_schema.tables WHERE table_catalog = current_database() "
-                "AND table_schema = 'main' AND table_name = 'judge_calls'"
-            ).fetchall()
-        )
 
     # ------------------------------------------------------------------ export
     def export_parquet(self, out_dir: str | Path, run_ids: Sequence[str] | None = None) -> dict[str, Path]:

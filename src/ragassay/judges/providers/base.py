@@ -3,9 +3,11 @@
 A provider module implements only ``_open``, ``_close`` and ``_send`` (one attempt of one request through the
 real SDK, returning a ``Response`` or raising ``ProviderError``). ``JudgeClient.judge`` does the rest:
 
-- **Cache.** Before a request is sent, its ``request_sha`` is looked up in the store; a paid outcome (any
-  but ``error``) answers it, so the same request is never paid twice — across runs, after a kill (every
-  call is committed as it finishes) and inside one batch (identical requests in flight wait for the first).
+- **Cache.** Before a batch is sent, its ``request_sha``s are looked up in the store (one query); a paid
+  outcome (any but ``error``) answers a request, so the same request is never paid twice — across runs,
+  inside one batch (identical requests in flight wait for the first) and after a kill, except for the
+  calls in flight and those answered within the last commit (a writer thread commits each backlog of
+  finished calls as one transaction, typically tens of milliseconds behind).
 - **Concurrency.** At most ``concurrency`` requests are in flight (an ``asyncio.Semaphore``).
 - **Retries.** 408/409/429/5xx/529, connection errors and timeouts are retried up to ``max_attempts`` times
   within ``item_deadline_s``, waiting the server's ``retry-after`` when it sends one (capped at
@@ -26,7 +28,9 @@ import json
 import logging
 import math
 import os
+import queue
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -37,6 +41,7 @@ from ragassay.errors import InputError, RagassayError
 from ragassay.judges.protocol import (
     PAID_OUTCOMES,
     CallRecord,
+    ItemKey,
     Judgement,
     JudgeRequest,
     Outcome,
@@ -311,27 +316,40 @@ class JudgeClient:
         if len(set(keys)) != len(keys):
             dup = next(k for k in keys if keys.count(k) > 1)
             raise InputError(f"judge requests: item key {dup} appears twice; give each judgement its own item")
-        state = _RunState(asyncio.Semaphore(self.concurrency))
-        await self._open()
+        shas = [request_sha(self.provider, self.sampling, r) for r in requests]
+        cached, own = self._prefetch(requests, shas)
+        writer = None if self.store is None else _Writer(self.store)
+        state = _RunState(asyncio.Semaphore(self.concurrency), writer)
         try:
-            results = await asyncio.gather(*(self._one(r, state) for r in requests))
+            await self._open()
+            try:
+                results = await asyncio.gather(
+                    *(self._one(r, sha, cached, own, state) for r, sha in zip(requests, shas, strict=True))
+                )
+            finally:
+                await self._close()
         finally:
-            await self._close()
+            if writer is not None:
+                await asyncio.to_thread(writer.close)
         judgements = [j for j in results if j is not None]
         not_started = [r for r, j in zip(requests, results, strict=True) if j is None]
         return JudgeRun(judgements, not_started, state.stopped, state.spent)
 
     # -- one item
-    async def _one(self, request: JudgeRequest, state: _RunState) -> Judgement | None:
-        sha = request_sha(self.provider, self.sampling, request)
-        reused = self._from_store(request, sha)
-        if reused is not None:
-            return reused
+    async def _one(self, request: JudgeRequest, sha: str, cached: Mapping[str, Mapping[str, Any]],
+                   own: Mapping[ItemKey, Mapping[str, Any]], state: _RunState) -> Judgement | None:
+        row = own.get(request.key)
+        if row is not None:
+            # A resumed run: this item's row is already the answer; leave it as it is.
+            return self._as_hit(request, sha, row, state, write=False)
+        row = cached.get(sha)
+        if row is not None:
+            return self._as_hit(request, sha, row, state, write=True)
         first = state.inflight.get(sha)
         if first is not None:
             done = await asyncio.shield(first)
             if done is not None and done.outcome in PAID_OUTCOMES:
-                return self._cache_hit(request, sha, done.record)
+                return self._as_hit(request, sha, done.record.model_dump(), state, write=True)
         future: asyncio.Future[Judgement | None] = asyncio.get_running_loop().create_future()
         state.inflight[sha] = future
         judgement = None
@@ -361,7 +379,7 @@ class JudgeClient:
             finally:
                 state.reserved -= estimate
             state.spent += judgement.record.cost
-        self._write(judgement.record)
+        state.write(judgement.record)
         return judgement
 
     def _worst_case(self, request: JudgeRequest) -> float:
@@ -448,44 +466,87 @@ class JudgeClient:
         )
 
     # -- the store as the cache
-    def _from_store(self, request: JudgeRequest, sha: str) -> Judgement | None:
+    def _prefetch(self, requests: Sequence[JudgeRequest], shas: Sequence[str]
+                  ) -> tuple[dict[str, dict[str, Any]], dict[ItemKey, dict[str, Any]]]:
+        """One store query for the whole batch: the best stored answer per sha, and the items whose own row
+        already answers their current request (a resumed run)."""
         if self.store is None:
-            return None
-        key = request.key
-        own = self.store.judge_call(key.run_id, key.query_id, key.trial, key.item)
-        if own is not None and own["request_sha"] == sha and own["outcome"] in PAID_OUTCOMES:
-            # A resumed run: this item's row is already the answer; leave it as it is.
-            return self._as_hit(request, sha, own, write=False)
-        cached = self.store.cached_judge_call(sha)
-        if cached is None:
-            return None
-        return self._as_hit(request, sha, cached, write=True)
+            return {}, {}
+        cached: dict[str, dict[str, Any]] = {}
+        own: dict[ItemKey, dict[str, Any]] = {}
+        wanted = dict(zip((r.key for r in requests), shas, strict=True))
+        for row in self.store.cached_judge_calls(sorted(set(shas))):
+            cached.setdefault(row["request_sha"], row)
+            key = ItemKey(row["run_id"], row["query_id"], row["trial"], row["item"])
+            if wanted.get(key) == row["request_sha"]:
+                own[key] = row
+        return cached, own
 
-    def _as_hit(self, request: JudgeRequest, sha: str, row: Mapping[str, Any], *, write: bool) -> Judgement:
+    def _as_hit(self, request: JudgeRequest, sha: str, row: Mapping[str, Any], state: _RunState, *,
+                write: bool) -> Judgement:
         verdict = None
         if row["outcome"] in ("ok", "cannot_judge") and row["verdict"] is not None:
             verdict = request.verdict_type.model_validate(row["verdict"])
         record = self._record(request, sha, row["outcome"], reason=row["reason"], verdict=row["verdict"],
                               stop_reason=row["stop_reason"], cache_hit=True, latency_ms=0.0)
         if write:
-            self._write(record)
+            state.write(record)
         return Judgement(record, verdict)
 
-    def _cache_hit(self, request: JudgeRequest, sha: str, first: CallRecord) -> Judgement:
-        return self._as_hit(request, sha, first.model_dump(), write=True)
 
-    def _write(self, record: CallRecord) -> None:
-        if self.store is not None:
-            self.store.record_judge_calls([record.to_row()])
+class _Writer:
+    """Writes call records from a thread of its own, each wake-up's backlog in one transaction, so a DuckDB
+    commit never stalls the event loop and a finished call is durable within one commit of its answer."""
+
+    def __init__(self, store: Store):
+        self._store = store
+        self._queue: queue.Queue[CallRecord | None] = queue.Queue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="judge-call-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, record: CallRecord) -> None:
+        self._queue.put(record)
+
+    def _loop(self) -> None:
+        closing = False
+        while not closing:
+            batch = [self._queue.get()]
+            while len(batch) < 1000:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            closing = batch[-1] is None
+            rows = [r.to_row() for r in batch if r is not None]
+            if rows and self._error is None:
+                try:
+                    self._store.record_judge_calls(rows)
+                except BaseException as exc:  # re-raised by close(): a lost record must not pass silently
+                    self._error = exc
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(120.0)
+        if self._thread.is_alive():
+            raise RagassayError(f"{self._store.path}: judge-call records were not written within 120 s; the "
+                                "store is stuck (is the disk full?)")
+        if self._error is not None:
+            raise self._error
 
 
 @dataclass
 class _RunState:
     semaphore: asyncio.Semaphore
+    writer: _Writer | None
     inflight: dict[str, asyncio.Future[Judgement | None]] = field(default_factory=dict)
     spent: float = 0.0
     reserved: float = 0.0
     stopped: str | None = None
+
+    def write(self, record: CallRecord) -> None:
+        if self.writer is not None:
+            self.writer.put(record)
 
 
 __all__ = [
