@@ -118,3 +118,11 @@ def test_hit_rule_changes_labels():
                                 options=ScoringOptions(hit_rule="min_fraction:0.5")))
     assert loose[("q1", "recall@1")] == 0.5 and strict[("q1", "recall@1")] == 0.0
     assert np.isclose(loose[("q1", "success@final_k")], 1.0)
+
+
+def test_tie_rule_aliases_are_one_pin():
+    from ragassay.analysis.scoring import ScoringOptions
+
+    assert ScoringOptions(ties="trec_eval").pins()["ties"] == "trec_eval9"
+    assert ScoringOptions(ties="trec_eval").pins() == ScoringOptions(ties="trec_eval9").pins()
+    assert ScoringOptions(ties="trec_eval10").pins()["ties"] == "trec_eval10"

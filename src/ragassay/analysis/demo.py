@@ -78,13 +78,25 @@ def oracle_ladder(summaries: dict[str, dict]) -> dict:
     return {"rows": rows, "diagnosis": diag}
 
 
+def claim_demo_dir(out: Path) -> None:
+    """Refuse a folder that holds anything but an earlier demo (the demo replaces its store and traces
+    there), then mark it as demo output so the next run may reuse it."""
+    from ragassay.fsio import check_output_dir, is_output_of, make_dir, mark_output_dir
+
+    # A demo folder written before the marker existed is recognised by the ragassay report inside it.
+    if not (out.is_dir() and is_output_of(out / "report", "report")):
+        check_output_dir(out, "demo")
+    make_dir(out)
+    mark_output_dir(out, "demo")
+
+
 def run_demo(out: str | Path = "ragassay-demo", *, n_resamples: int = 10_000, configs=DEMO_CONFIGS,
              corpus_path: str | Path | None = None, golden_path: str | Path | None = None,
              report: bool = True, progress=None) -> DemoResult:
     out = Path(out)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
+    claim_demo_dir(out)
     db = out / "ragassay.duckdb"
     for stale in (db, out / "ragassay.duckdb.wal", out / "traces"):
         if stale.is_dir():

@@ -140,6 +140,9 @@ def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpu
         check_output_dir(Path(traces_dir), "traces")
     cfg = load_config(config_path)
     if cache_dir is not None:
+        from ragassay.pipeline.cache import check_cache_dir
+
+        check_cache_dir(Path(cache_dir))  # the same claim load_config makes for a config's own cache_dir
         cfg = cfg.model_copy(update={"cache_dir": str(cache_dir)})
     pipe = Pipeline.from_config(cfg, corpus)
     run_name = name or cfg.name or Path(config_path).stem

@@ -43,6 +43,7 @@ from ragassay.errors import InputError
 from ragassay.golden import EvidenceIndex, GoldenSet, HitRule
 from ragassay.metrics import GradeMatrix, Semantics, evaluate
 from ragassay.metrics.generation import exact_match, token_f1
+from ragassay.metrics.semantics import tie_rule
 from ragassay.trace import RunHeader, Trace, Unit, UnitCheck, validate_units
 
 METRIC_VERSION = "ragassay-metrics-1"
@@ -71,6 +72,8 @@ class ScoringOptions:
             raise InputError(f"unknown gain {self.gain!r}; use exp or linear (--gain)")
         if not self.cutoffs or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.cutoffs):
             raise InputError(f"cutoffs {self.cutoffs!r} must be positive integers, e.g. (1, 5, 10)")
+        # one spelling per rule, so 'trec_eval' and 'trec_eval9' are the same pin in compare and gate
+        object.__setattr__(self, "ties", tie_rule(self.ties))
         self.semantics()
 
     def semantics(self) -> Semantics:

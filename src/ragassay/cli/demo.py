@@ -71,24 +71,10 @@ def _verdict_counts(comp) -> str:
 
 def _top_claims(comp, limit: int = 3) -> list[str]:
     """The headline claims with a credible change, largest first."""
-    from ragassay.analysis.compare import claim_sentence
-
     rows = [r for r in comp.rows if r.stratum == "all" and r.metric in DEMO_STAGE_METRICS
             and r.metric != "context_tokens" and r.verdict.split(",")[0] in ("improved", "regressed")]
     rows.sort(key=lambda r: -abs(r.delta))
-    return [claim_sentence(r, comp.run_a, comp.run_b, comp.config_diff) for r in rows[:limit]]
-
-
-def _claim_out(out: Path) -> None:
-    """Refuse an ``-o`` folder that holds anything but an earlier demo (the demo replaces its store and
-    traces there), then mark it as demo output so the next run may reuse it."""
-    from ragassay.fsio import check_output_dir, is_output_of, make_dir, mark_output_dir
-
-    # A demo folder written before the marker existed is recognised by the ragassay report inside it.
-    if not (out.is_dir() and is_output_of(out / "report", "report")):
-        check_output_dir(out, "demo")
-    make_dir(out)
-    mark_output_dir(out, "demo")
+    return [comp.claim(r) for r in rows[:limit]]
 
 
 def demo(
@@ -98,9 +84,9 @@ def demo(
 ) -> None:
     """Build the bundled golden set, run four configurations (BM25, hybrid, hybrid + reranker, oracle
     context), compare them with the baseline, gate, and write the store, the traces and an HTML report."""
-    from ragassay.analysis.demo import DEMO_CONFIGS, run_demo
+    from ragassay.analysis.demo import DEMO_CONFIGS, claim_demo_dir, run_demo
 
-    _claim_out(out)
+    claim_demo_dir(out)  # before any work: a refused -o costs nothing
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), transient=True,
                   disable=json_out, console=console) as bar:
         tasks = {c: bar.add_task(esc(c), total=None) for c in DEMO_CONFIGS}

@@ -134,6 +134,10 @@ def run(
         from ragassay.fsio import check_output_dir
 
         check_output_dir(traces_dir, "traces")  # before the store is created: a refusal leaves no trace
+    if traces is None:
+        from ragassay.pipeline import load_config
+
+        load_config(config)  # a bad config is refused before anything is loaded or a store is created
     corp, gs = load_inputs(corpus, golden)
     with Store.open(store) as st:
         info = None

@@ -18,7 +18,6 @@ from __future__ import annotations
 import gc
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -28,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ragassay.errors import InputError
+from ragassay.fsio import make_temp_dir
 from ragassay.pipeline.analyzer import Analyzer, TermStats, weighted_coverage
 from ragassay.pipeline.cache import EmbeddingCache, load_chunk_artifact, save_chunk_artifact
 from ragassay.pipeline.chunkers import chunk_corpus, sentence_spans
@@ -259,8 +259,9 @@ class Pipeline:
         index.index([terms or [""] for terms in chunk_terms], show_progress=False)
         self.stats["bm25_cache"] = "off" if folder is None else "miss"
         if folder is not None:
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+            # the cache root was claimed by check_cache_dir, so bm25/<key> entries are ours to replace;
+            # folders get the umask's mode (mkdtemp would make them 0700)
+            tmp = make_temp_dir(folder.parent, folder.name + ".", target=folder)
             try:
                 index.save(str(tmp), show_progress=False)
                 if folder.is_dir():
