@@ -682,6 +682,11 @@ def _numeric(col: list, path: str) -> list:
     return [None if v is None or not math.isfinite(float(v)) else v for v in col]
 
 
+def _flags(col: Sequence) -> list[int]:
+    """Booleans for the page as 1/0 (the script reads them as truthy), shorter than true/false."""
+    return [1 if x else 0 for x in col]
+
+
 def _strings(col: list) -> list:
     return [None if v is None else str(v) for v in col]
 
@@ -693,7 +698,9 @@ def _runs_of(col: Mapping, path: str, n_units: int, n_spans: int) -> dict:
     if any(not fmt.is_number(s) or not 0 <= int(s) < n_spans for s in span):
         raise _fail(f"{path}.span", f"refers to a span outside queries.spans (0..{n_spans - 1})",
                     "refer to spans by their index")
-    grade = _numeric(_column(col, "grade", path, sum(counts)), f"{path}.grade")
+    # whole grades as ints: "2" rather than "2.0", a tenth of a large page
+    grade = [int(g) if g is not None and float(g).is_integer() else g
+             for g in _numeric(_column(col, "grade", path, sum(counts)), f"{path}.grade")]
     if len(counts) != n_units:
         raise _fail(f"{path}.n", f"has {len(counts)} entries, expected {n_units}", "give one count per query")
     return {"n": counts, "span": [int(s) for s in span], "grade": grade}
@@ -712,8 +719,8 @@ def _queries_view(data: Mapping, run_names: list[str]) -> dict | None:
              "start": _numeric(_column(sp, "start", "queries.spans", n_spans), "queries.spans.start"),
              "end": _numeric(_column(sp, "end", "queries.spans", n_spans), "queries.spans.end"),
              "text": _strings(_column(sp, "text", "queries.spans", n_spans)),
-             "exact": [bool(x) for x in _column(sp, "exact", "queries.spans", n_spans)],
-             "cut": [bool(x) for x in sp.get("cut") or [False] * n_spans]}
+             "exact": _flags(_column(sp, "exact", "queries.spans", n_spans)),
+             "cut": _flags(sp.get("cut") or [False] * n_spans)}
     strata_col = _strings(_column(t, "stratum", "queries", n))
     strata = sorted(set(strata_col))
     s_index = {s: i for i, s in enumerate(strata)}
@@ -725,7 +732,7 @@ def _queries_view(data: Mapping, run_names: list[str]) -> dict | None:
         outcome = _strings(_column(r, "outcome", p, n))
         runs.append({
             "name": str(_need(r, "name", p)),
-            "present": [bool(x) for x in _column(r, "present", p, n)],
+            "present": _flags(_column(r, "present", p, n)),
             "outcome": outcome,
             "answer": _strings(_column(r, "answer", p, n)),
             "metrics": {str(m): _numeric(_column(metrics, m, f"{p}.metrics", n), f"{p}.metrics.{m}")
@@ -771,7 +778,7 @@ def _queries_view(data: Mapping, run_names: list[str]) -> dict | None:
         "strata": strata,
         "stratum": [s_index[s] for s in strata_col],
         "question": _strings(_column(t, "question", "queries", n)),
-        "answerable": [None if a is None else bool(a) for a in _column(t, "answerable", "queries", n)],
+        "answerable": [None if a is None else int(bool(a)) for a in _column(t, "answerable", "queries", n)],
         "evidence": _runs_of(_mapping(_need(t, "evidence", "queries"), "queries.evidence"), "queries.evidence", n,
                              n_spans),
         "spans": spans,
