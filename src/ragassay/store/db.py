@@ -535,15 +535,22 @@ class Store:
             raise SchemaError(f"judge calls: key (run_id, query_id, trial, item) = {dup} appears twice in one "
                               "batch; send each item once")
         cols = ", ".join(JUDGE_CALL_COLUMNS)
-        marks = ", ".join("?::JSON" if c == "verdict" else "?" for c in JUDGE_CALL_COLUMNS)
+        # One Arrow view and one INSERT ... SELECT: row-by-row executemany holds the GIL ~10x longer.
+        table = pa.table({c: pa.array([r[i] for r in rows], _JUDGE_ARROW[c])
+                          for i, c in enumerate(JUDGE_CALL_COLUMNS)})
+        select = ", ".join(f"{c}::JSON" if c == "verdict" else c for c in JUDGE_CALL_COLUMNS)
         con = self._con
-        con.execute("BEGIN TRANSACTION")
+        con.register(_JUDGE_VIEW, table)
         try:
-            con.executemany(f"INSERT OR REPLACE INTO judge_calls ({cols}) VALUES ({marks})", rows)
-            con.execute("COMMIT")
-        except BaseException:
-            self._rollback()
-            raise
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute(f"INSERT OR REPLACE INTO judge_calls ({cols}) SELECT {select} FROM {_JUDGE_VIEW}")
+                con.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+        finally:
+            con.unregister(_JUDGE_VIEW)
         return len(rows)
 
     def cached_judge_calls(self, request_shas: Sequence[str]) -> list[dict[str, Any]]:
@@ -636,6 +643,13 @@ def _export_table(con: duckdb.DuckDBPyConnection, query: str, target: Path) -> N
 
 _JUDGE_REQUIRED = ("run_id", "query_id", "trial", "item", "judge", "request_sha", "provider", "model",
                    "outcome", "attempts", "cache_hit")
+_JUDGE_VIEW = "_ragassay_judge_calls"
+_JUDGE_ARROW = {
+    **{c: pa.string() for c in JUDGE_CALL_COLUMNS},
+    "trial": pa.int32(), "max_tokens": pa.int32(), "input_tokens": pa.int32(), "output_tokens": pa.int32(),
+    "cached_tokens": pa.int32(), "attempts": pa.int32(), "temperature": pa.float64(), "cost": pa.float64(),
+    "latency_ms": pa.float64(), "cache_hit": pa.bool_(), "created_at": pa.timestamp("us"),
+}
 _JUDGE_INT = ("trial", "max_tokens", "input_tokens", "output_tokens", "cached_tokens", "attempts")
 
 

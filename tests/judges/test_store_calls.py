@@ -1,0 +1,79 @@
+"""The store's judge_calls table: validation, the cache lookup, and stores written before the table existed."""
+
+import duckdb
+import pytest
+
+from ragassay.errors import InputError, SchemaError
+from ragassay.store import RunRecord, Store
+
+
+def _call(run_id, item="support:0", sha="a" * 64, outcome="ok", cache_hit=False, **kw):
+    return {"run_id": run_id, "query_id": "q1", "trial": 0, "item": item, "judge": "support",
+            "request_sha": sha, "provider": "openai", "model": "m", "outcome": outcome, "attempts": 1,
+            "cache_hit": cache_hit, "verdict": {"label": "supported"}, "cost": 0.001, **kw}
+
+
+def test_round_trip_and_replacement(store, run_id):
+    assert store.record_judge_calls([_call(run_id), _call(run_id, item="support:1", outcome="refused")]) == 2
+    store.record_judge_calls([_call(run_id, outcome="malformed", reason="not JSON")])
+    rows = store.judge_calls(run_id)
+    assert [(r["item"], r["outcome"]) for r in rows] == [("support:0", "malformed"), ("support:1", "refused")]
+    assert rows[0]["verdict"] == {"label": "supported"} and rows[0]["reason"] == "not JSON"
+    assert store.judge_call(run_id, "q1", 0, "support:1")["outcome"] == "refused"
+    assert store.judge_call(run_id, "q1", 0, "nope") is None
+
+
+def test_cache_lookup_skips_errors_and_puts_paid_originals_first(store, run_id):
+    other = store.create_run(RunRecord(name="other"))
+    store.record_judge_calls([
+        _call(other, sha="s1", cache_hit=True, cost=0.0),
+        _call(run_id, sha="s1"),
+        _call(run_id, item="e", sha="s2", outcome="error", verdict=None, cost=0.0),
+    ])
+    found = store.cached_judge_calls(["s1", "s2", "s3"])
+    assert [(r["request_sha"], r["run_id"], r["cache_hit"]) for r in found] == [
+        ("s1", run_id, False), ("s1", other, True)]
+    assert store.cached_judge_calls([]) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"outcome": "passed"}, "outcome 'passed' must be one of"),
+        ({"attempts": -1}, "attempts = -1 must be an integer >= 0"),
+        ({"trial": True}, "trial = True must be an integer"),
+        ({"cache_hit": 1}, "cache_hit must be true or false"),
+        ({"cost": float("nan")}, "cost = nan must be a finite number"),
+        ({"verdict": "yes"}, "verdict must be a mapping or null"),
+        ({"colour": "red"}, "unknown column(s) ['colour']"),
+        ({"model": None}, "required column(s) ['model'] missing"),
+    ],
+)
+def test_bad_records_reject_the_whole_batch(store, run_id, change, fragment):
+    with pytest.raises(SchemaError) as err:
+        store.record_judge_calls([_call(run_id, item="fine"), {**_call(run_id), **change}])
+    assert fragment in str(err.value) and "judge call 1" in str(err.value)
+    assert store.judge_calls(run_id) == []
+
+
+def test_unknown_run_and_duplicate_keys_are_refused(store, run_id):
+    with pytest.raises(InputError, match="is not in"):
+        store.record_judge_calls([_call("01ARZ3NDEKTSV4RRFFQ69G5FAV")])
+    with pytest.raises(SchemaError, match="appears twice in one batch"):
+        store.record_judge_calls([_call(run_id), _call(run_id)])
+    assert store.judge_calls(run_id) == []
+
+
+def test_a_store_from_before_judge_calls_opens_and_gains_the_table(tmp_path):
+    path = tmp_path / "old.duckdb"
+    with Store.open(path) as s:
+        run_id = s.create_run(RunRecord(name="old"))
+    con = duckdb.connect(str(path))
+    con.execute("DROP TABLE judge_calls")
+    con.close()
+    with Store.open(path, read_only=True) as s:
+        assert s.judge_calls(run_id) == [] and s.cached_judge_calls(["x"]) == []
+        assert s.judge_call(run_id, "q", 0, "i") is None
+    with Store.open(path) as s:
+        s.record_judge_calls([_call(run_id)])
+        assert len(s.judge_calls(run_id)) == 1 and s.get_run(run_id).name == "old"
