@@ -78,9 +78,7 @@ def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _unit_problem(units, name: str, nullable: bool = False) -> str | None:
-    if units is None and nullable:
-        return None
+def _unit_problem(units, name: str) -> str | None:
     if not isinstance(units, list):
         return f"{name} must be a list of units"
     for i, u in enumerate(units):
@@ -108,11 +106,13 @@ def _trace_problem(rec: dict) -> str | None:
         return "answer must be a string or null"
     if outcome == "answered" and answer is None:
         return "outcome 'answered' needs an 'answer'"
-    for name, nullable in (("fused", False), ("reranked", True), ("packed", False)):
-        why = _unit_problem(rec.get(name, None if nullable else []), name, nullable)
-        if why:
-            return why
-    return None
+    # only the lists the report reads: the ranked one (reranked, else fused), and packed when that is empty
+    reranked = rec.get("reranked")
+    name, ranked = ("reranked", reranked) if reranked is not None else ("fused", rec.get("fused", []))
+    why = _unit_problem(ranked, name)
+    if why or ranked:
+        return why
+    return _unit_problem(rec.get("packed", []), "packed")
 
 
 def read_report_traces(path: str | Path) -> RunTraces:
@@ -152,13 +152,13 @@ def read_report_traces(path: str | Path) -> RunTraces:
             seen[key] = lineno
             if key[1] != 0:
                 continue
-            fused, reranked, packed = rec.get("fused") or [], rec.get("reranked"), rec.get("packed") or []
+            fused, reranked = rec.get("fused") or [], rec.get("reranked")
             ranked = reranked if reranked is not None else fused
             if fused or reranked:
                 out.ranked[key[0]] = [(u["doc_id"], u["start"], u["end"]) for u in ranked]
             out.shown[key[0]] = (rec.get("outcome"), rec.get("answer"),
                                  [(u["doc_id"], u["start"], u["end"], u.get("text"))
-                                  for u in (ranked or packed)[:MAX_RETRIEVED_SHOWN]])
+                                  for u in (ranked or rec.get("packed") or [])[:MAX_RETRIEVED_SHOWN]])
     return out
 
 

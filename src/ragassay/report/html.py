@@ -675,6 +675,9 @@ def _column(t: Mapping, key: str, path: str, n: int | None) -> list:
 
 
 def _numeric(col: list, path: str) -> list:
+    if set(map(type, col)) <= {float, int, type(None)}:
+        # the common case (build_report_data's plain floats), checked by type in one pass
+        return [None if v is None or not math.isfinite(v) else v for v in col]
     for i, v in enumerate(col):
         if v is not None and not fmt.is_number(v):
             raise _fail(f"{path}[{i}]", f"must be a number or null, got {v!r}", "write null for undefined")
