@@ -268,3 +268,12 @@ def test_extractive_generator_on_bundled_queries(bundled):
         t = by_id[gq.query_id]
         own = 0.0 if t.outcome != "answered" else token_f1(t.answer, [gq.reference_answer])
         assert q.baseline == pytest.approx(own) and q.calls == q.n_items + 1
+
+
+def test_f1_or_abstention_gives_unanswerable_queries_a_utility():
+    # unanswerable: abstaining (None) scores 1, answering 0; so the passage that triggers an answer hurts
+    neg = query("neg", ref=None, answerable=False)
+    res = attribute([neg], {"neg": [unit(0, "alpha")]}, concat, metric="answer_f1_or_abstention")
+    q = res.queries[0]
+    assert q.reason is None and (q.baseline, q.empty) == (0.0, 1.0)
+    assert q.items[0].loo_delta == -1.0 and q.items[0].shapley == -1.0

@@ -47,7 +47,7 @@ from ragassay.trace.schema import Unit
 
 AnswerFn = Callable[[str, list[Unit]], "str | None"]
 ScoreFn = Callable[["str | None", Any], float]
-METRICS = ("answer_f1", "answer_em")
+METRICS = ("answer_f1", "answer_em", "answer_f1_or_abstention")
 SHAPLEY_MODES = ("auto", "exact", "monte_carlo", "none")
 
 
@@ -102,16 +102,21 @@ def as_answer_fn(generator: Any) -> AnswerFn:
 
 def answer_scorer(metric: str | ScoreFn) -> ScoreFn:
     """``score(answer, query)``: token F1 or exact match against ``query.reference_answer`` (None -> 0), or
-    the given callable. Returns NaN for a query the metric does not define (no reference answer)."""
+    the given callable. Returns NaN for a query the metric does not define (no reference answer).
+    ``answer_f1_or_abstention`` is token F1 on answerable queries and, on unanswerable ones, 1 for an
+    abstention and 0 for an answer, so every golden query has a utility."""
     if callable(metric):
         return metric
     if metric not in METRICS:
         raise InputError(f"unknown answer metric {metric!r}; use one of {', '.join(METRICS)} or a callable")
-    fn = token_f1 if metric == "answer_f1" else exact_match
+    fn = exact_match if metric == "answer_em" else token_f1
+    abstention = metric == "answer_f1_or_abstention"
 
     def score(answer: str | None, query: Any) -> float:
+        if not getattr(query, "answerable", True):
+            return float(answer is None) if abstention else math.nan
         ref = getattr(query, "reference_answer", None)
-        if not ref or not getattr(query, "answerable", True):
+        if not ref:
             return math.nan
         return 0.0 if answer is None else fn(answer, [ref])
     return score
