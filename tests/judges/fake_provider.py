@@ -26,6 +26,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +68,10 @@ class FakeProvider:
         self.plan: dict[str, list[str]] = {}
         self.verdicts: dict[str, dict[str, Any]] = {}
         self.default_verdict: dict[str, Any] = dict(DEFAULT_VERDICT)
+        # Hooks for prompts without a [[item:ID]] tag: item_of(user) names the item (for plan and verdicts),
+        # responder(system, user) returns the verdict for a request (None: the scripted or default one).
+        self.item_of: Callable[[str], str | None] | None = None
+        self.responder: Callable[[str, str], dict[str, Any] | None] | None = None
         self.seen: list[Seen] = []
         self.inflight = 0
         self.max_inflight = 0
@@ -193,7 +198,7 @@ class FakeProvider:
         # This anthropic SDK sends the key as a bearer token; older ones send x-api-key.
         key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ") or None
         match = TAG.search(user)
-        item = match.group(1) if match else None
+        item = match.group(1) if match else (self.item_of(user) if self.item_of is not None else None)
         attempt = self._attempts.get(item or "", 0)
         self._attempts[item or ""] = attempt + 1
         steps = self.plan.get(item or "", ["ok"])
@@ -211,7 +216,7 @@ class FakeProvider:
             if action == "timeout":
                 await asyncio.sleep(self.hang_s)
                 action = "ok"
-            status, payload, extra = self._reply(api, action, item, request, system)
+            status, payload, extra = self._reply(api, action, item, request, system, user)
             self.seen.append(Seen(api, item, attempt, action, status, key))
             await self._write(writer, status, payload, extra)
             return True
@@ -219,8 +224,8 @@ class FakeProvider:
             self.inflight -= 1
 
     # ------------------------------------------------------------------ bodies
-    def _reply(self, api: str, action: str, item: str | None, request: dict[str, Any], system: str
-               ) -> tuple[int, dict[str, Any], dict[str, str]]:
+    def _reply(self, api: str, action: str, item: str | None, request: dict[str, Any], system: str,
+               user: str = "") -> tuple[int, dict[str, Any], dict[str, str]]:
         if action.isdigit():
             status = int(action)
             extra = {"retry-after": f"{self.retry_after:g}"} if status == 429 else {}
@@ -230,7 +235,8 @@ class FakeProvider:
             else:
                 err = {"error": {"message": f"scripted {status}", "type": "server_error", "code": None}}
             return status, err, extra
-        verdict = dict(self.verdicts.get(item or "", self.default_verdict))
+        scripted = self.responder(system, user) if self.responder is not None else None
+        verdict = dict(scripted if scripted is not None else self.verdicts.get(item or "", self.default_verdict))
         if action == "cannot_judge":
             verdict.update(cannot_judge=True, justification="the claim is not a statement about the context")
         text: str | None = json.dumps(verdict)
