@@ -12,3 +12,11 @@ def bundled(tmp_path_factory):
     pipe = Pipeline.from_config(demo_config_dir() / "bm25.yaml", corpus)
     _, traces = pipe.run(golden.queries, progress=False)
     return pipe, golden, traces, corpus
+
+
+@pytest.fixture
+def store(tmp_path):
+    from ragassay.store import Store
+
+    with Store.open(tmp_path / "r.duckdb") as st:
+        yield st
