@@ -117,3 +117,16 @@ def test_report_card_counts_split_spans_and_chunks_per_span():
     assert card.spans_split == 2
     assert card.chunks_per_span_mean == pytest.approx((1 + 2 + 4) / 3)
     assert card.tokens_per_span_mean == pytest.approx((10 + 20 + 40) / 3)
+
+
+def test_compiled_and_numpy_engines_give_identical_counts():
+    rng = np.random.default_rng(11)
+    ev, ret = _random_run(rng, 300, line=2000)
+    e = np.array(ev, dtype=np.int64).reshape(-1, 3)
+    r = np.array(ret, dtype=np.int64).reshape(-1, 3)
+    # shuffled input order: neither engine may rely on queries arriving grouped
+    pe, pr = rng.permutation(len(e)), rng.permutation(len(r))
+    args = (300, e[pe, 0], e[pe, 1], e[pe, 2], r[pr, 0], r[pr, 1], r[pr, 2])
+    a, b = token_metrics(*args, engine="jit"), token_metrics(*args, engine="numpy")
+    for name in ("recall", "precision", "iou", "evidence_tokens", "retrieved_tokens", "hit_tokens"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)

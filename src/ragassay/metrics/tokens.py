@@ -16,9 +16,9 @@ where ``t_r`` is the *set* of retrieved tokens (Smith & Troynikov 2024, Chroma t
 not zero: recall and Precision_Ω are NaN for a query without evidence, precision NaN when nothing was
 retrieved, IoU NaN when both sets are empty.
 
-Everything is computed with sorting, cumulative maxima and bincounts over all queries at once: each
-query's intervals are shifted into a disjoint block of the line (``query * stride``), so one union / one
-sweep serves every query.
+Everything is computed over all queries at once on padded (queries x units) matrices: a row-wise sort and
+cumulative maximum make each query's intervals disjoint without changing their union, after which unions are
+sums of lengths and the intersection is the summed pairwise overlap of two disjoint families.
 """
 
 from __future__ import annotations
@@ -78,44 +78,47 @@ class TokenSpace:
         return lo, np.maximum(hi, lo)
 
 
-def _union(group: np.ndarray, lo: np.ndarray, hi: np.ndarray, stride: int) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint, sorted intervals covering the union of each group's intervals (in shifted coordinates)."""
-    keep = hi > lo
-    s = group[keep] * stride + lo[keep]
-    e = group[keep] * stride + hi[keep]
-    if len(s) == 0:
-        return s, e
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    reach = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > reach[:-1]
-    first = np.flatnonzero(new)
-    last = np.r_[first[1:] - 1, len(s) - 1]
-    return s[first], reach[last]
+def _padded(q: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(n, width) matrices of each query's intervals, padded with empty [0, 0)."""
+    if len(q) and (np.diff(q) < 0).any():
+        order = np.argsort(q, kind="stable")
+        q, lo, hi = q[order], lo[order], hi[order]
+    counts = np.bincount(q, minlength=n)[:n]
+    width = int(counts.max()) if len(q) else 0
+    if len(q) == n * width:  # every query has the same number of intervals: a reshape, no scatter
+        return lo.reshape(n, width), hi.reshape(n, width)
+    flat = q * width + (np.arange(len(q)) - np.repeat(np.cumsum(counts) - counts, counts))
+    L = np.zeros(n * width, dtype=np.int64)
+    H = np.zeros(n * width, dtype=np.int64)
+    L[flat] = lo
+    H[flat] = hi
+    return L.reshape(n, width), H.reshape(n, width)
+    return L, H
 
 
-def _measure(s: np.ndarray, e: np.ndarray, stride: int, n: int) -> np.ndarray:
-    return np.bincount(s // stride, weights=(e - s).astype(np.float64), minlength=n)[:n]
+def _disjoint(L: np.ndarray, H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's intervals made pairwise disjoint with the same union: sort by start, then start each
+    interval where everything before it ends (an interval already covered becomes empty)."""
+    order = np.argsort(L, axis=1)
+    L = np.take_along_axis(L, order, axis=1)
+    H = np.take_along_axis(H, order, axis=1)
+    reach = np.maximum.accumulate(H, axis=1)
+    L[:, 1:] = np.maximum(L[:, 1:], reach[:, :-1])
+    return L, np.maximum(H, L)
 
 
-def _intersection(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], stride: int,
-                  n: int) -> np.ndarray:
-    """Per-group length covered by both unions (each a set of disjoint intervals): a +1/-1 sweep where
-    the running coverage is 2."""
-    pos = np.concatenate([a[0], b[0], a[1], b[1]])
-    step = np.concatenate([np.ones(len(a[0]) + len(b[0]), np.int64), -np.ones(len(a[1]) + len(b[1]), np.int64)])
-    if len(pos) == 0:
-        return np.zeros(n)
-    # ends sort before starts at the same position, so touching intervals do not count as overlapping
-    order = np.lexsort((step, pos))
-    pos, step = pos[order], step[order]
-    cover = np.cumsum(step)
-    seg = (cover[:-1] == 2)
-    length = (pos[1:] - pos[:-1])[seg]
-    return np.bincount(pos[:-1][seg] // stride, weights=length.astype(np.float64), minlength=n)[:n]
+def _covered(L: np.ndarray, H: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Length of [a, b) covered by one flat family of disjoint intervals sorted by start (and so by end)."""
+    lengths = H - L
+    before = np.concatenate([[0], np.cumsum(lengths)])
 
+    def upto(x: np.ndarray) -> np.ndarray:  # covered length of (-inf, x)
+        i = np.searchsorted(L, x, side="right") - 1
+        j = np.maximum(i, 0)
+        inside = np.clip(x - L[j], 0, lengths[j])
+        return np.where(i >= 0, before[j] + inside, 0)
+
+    return upto(b) - upto(a)
 
 @dataclass(frozen=True)
 class TokenMetrics:
@@ -142,26 +145,58 @@ def _check(name: str, q: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int) -> 
         raise ValueError(f"{name}: intervals need 0 <= lo <= hi")
 
 
-def token_metrics(n_queries: int, ev_q, ev_lo, ev_hi, ret_q, ret_lo, ret_hi) -> TokenMetrics:
+def _counts_numpy(n_queries, ev_q, ev_lo, ev_hi, ret_q, ret_lo, ret_hi):
+    """(|t_e|, |t_r| as a set, |t_r| with multiplicity, |t_e ∩ t_r|) per query, in numpy: the reference the
+    compiled kernel is held to."""
+    LE, HE = _disjoint(*_padded(ev_q, ev_lo, ev_hi, n_queries))
+    LR, HR = _disjoint(*_padded(ret_q, ret_lo, ret_hi, n_queries))
+    n_e = (HE - LE).sum(axis=1).astype(np.float64)
+    n_ru = (HR - LR).sum(axis=1).astype(np.float64)
+    n_r = np.bincount(ret_q, weights=(ret_hi - ret_lo).astype(np.float64), minlength=n_queries)[:n_queries]
+    # Each query's block of the line starts at query * stride, so the rows laid end to end form one sorted,
+    # disjoint family, and each evidence interval's overlap with its own query's units is a lookup.
+    stride = int(max(HE.max(initial=0), HR.max(initial=0))) + 1
+    if stride * max(n_queries, 1) >= 2**62:
+        raise ValueError("token coordinates too large to give every query its own block")
+    shift = (np.arange(n_queries, dtype=np.int64) * stride)[:, None]
+    covered = _covered((LR + shift).ravel(), (HR + shift).ravel(), (LE + shift).ravel(), (HE + shift).ravel())
+    inter = covered.reshape(LE.shape).sum(axis=1).astype(np.float64)
+    return n_e, n_ru, n_r, inter
+
+
+def _csr(q: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int):
+    if len(q) and (np.diff(q) < 0).any():
+        order = np.argsort(q, kind="stable")
+        q, lo, hi = q[order], lo[order], hi[order]
+    off = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(q, minlength=n)[:n], out=off[1:])
+    return off, np.ascontiguousarray(lo), np.ascontiguousarray(hi)
+
+
+def _counts_jit_csr(n_queries, ev_q, ev_lo, ev_hi, ret_q, ret_lo, ret_hi):
+    from ragassay.metrics._interval_kernels import interval_counts
+
+    eo, el, eh = _csr(ev_q, ev_lo, ev_hi, n_queries)
+    ro, rl, rh = _csr(ret_q, ret_lo, ret_hi, n_queries)
+    return interval_counts(eo, el, eh, ro, rl, rh)
+
+
+def token_metrics(n_queries: int, ev_q, ev_lo, ev_hi, ret_q, ret_lo, ret_hi, *, engine: str = "jit") -> TokenMetrics:
     """Token recall, precision and IoU of every query of a run at once.
 
     ``ev_*``: evidence token intervals with their query index (overlapping evidence counts once);
-    ``ret_*``: retrieved unit intervals (a multiset: each unit's length is paid in full).
+    ``ret_*``: retrieved unit intervals (a multiset: each unit's length is paid in full). ``engine="jit"``
+    runs one compiled pass over the run (numba, cached after the first call); ``"numpy"`` gives the same
+    integers with array operations only.
     """
+    if engine not in ("jit", "numpy"):
+        raise ValueError(f"engine must be jit or numpy, got {engine!r}")
     ev_q, ev_lo, ev_hi = (np.asarray(x, dtype=np.int64) for x in (ev_q, ev_lo, ev_hi))
     ret_q, ret_lo, ret_hi = (np.asarray(x, dtype=np.int64) for x in (ret_q, ret_lo, ret_hi))
     _check("evidence", ev_q, ev_lo, ev_hi, n_queries)
     _check("retrieved", ret_q, ret_lo, ret_hi, n_queries)
-    top = max(int(ev_hi.max()) if len(ev_hi) else 0, int(ret_hi.max()) if len(ret_hi) else 0)
-    stride = top + 1
-    if n_queries and stride * n_queries >= 2**62:
-        raise ValueError("token coordinates too large to give every query its own block")
-    ue = _union(ev_q, ev_lo, ev_hi, stride)
-    ur = _union(ret_q, ret_lo, ret_hi, stride)
-    n_e = _measure(*ue, stride, n_queries)
-    n_ru = _measure(*ur, stride, n_queries)
-    n_r = np.bincount(ret_q, weights=(ret_hi - ret_lo).astype(np.float64), minlength=n_queries)[:n_queries]
-    inter = _intersection(ue, ur, stride, n_queries)
+    counts = _counts_numpy if engine == "numpy" else _counts_jit_csr
+    n_e, n_ru, n_r, inter = counts(n_queries, ev_q, ev_lo, ev_hi, ret_q, ret_lo, ret_hi)
     with np.errstate(invalid="ignore", divide="ignore"):
         recall = np.where(n_e > 0, inter / n_e, np.nan)
         precision = np.where(n_r > 0, inter / n_r, np.nan)
