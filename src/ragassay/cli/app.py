@@ -42,6 +42,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "trec": ("trec", "Score a TREC run against qrels with trec_eval semantics."),
     "power": ("power", "Minimum detectable effect of a paired comparison, or the n needed for a target "
                        "effect."),
+    "embed-check": ("index", "Embedding diagnostics: similarity gap with CI, top-1 similarity, near-duplicates, "
+                             "truncation, drift probe."),
+    "index-eval": ("index", "ANN index report card: recall vs efSearch/nprobe, latency, memory, filtered recall, "
+                            "churn, quantization Pareto table."),
+    "judge": ("judge", "Judge a stored run's answers with an LLM or local judge, store the judge metrics and "
+                       "print the cost line."),
+    "analyze": ("analyze", "System analyses: evidence-delivery decomposition, oracle ladder, slices and cases, "
+                           "ablations, latency, consistency."),
 }
 
 
