@@ -190,7 +190,8 @@ class AnnIndex:
             self.index.hnsw.efConstruction = ef_construction
             self.params = {"M": m, "efConstruction": ef_construction}
         elif kind == "ivf":
-            nlist = nlist or max(1, int(round(math.sqrt(self.n))))
+            # sqrt(n) lists, but never fewer than k-means' ~39 training points per centroid
+            nlist = nlist or max(1, min(int(round(math.sqrt(self.n))), self.n // 39))
             self._quantizer = faiss.IndexFlatIP(self.dim)
             self.index = faiss.IndexIVFFlat(self._quantizer, self.dim, nlist, faiss.METRIC_INNER_PRODUCT)
             self.index.cp.seed = seed
@@ -203,7 +204,7 @@ class AnnIndex:
             if self.dim % pq_m:
                 raise InputError(f"pq_m={pq_m} must divide the dimension {self.dim}")
             # k-means wants ~39 training points per centroid; fewer bits on small sets keep it well posed
-            pq_bits = pq_bits or int(min(8, max(4, math.floor(math.log2(max(self.n, 2) / 39)))))
+            pq_bits = pq_bits or int(min(8, max(1, math.floor(math.log2(max(self.n, 78) / 39)))))
             self.index = faiss.IndexPQ(self.dim, pq_m, pq_bits, faiss.METRIC_INNER_PRODUCT)
             self.index.pq.cp.seed = seed
             self.params = {"m": pq_m, "nbits": pq_bits}
