@@ -409,7 +409,8 @@ def group_deltas(queries: Sequence[QueryAttribution], *, n_resamples: int = 2000
                     names.append(g)
     names.sort(key=lambda g: (not g.startswith("rank:"), int(g[5:]) if g.startswith("rank:") else 0, g))
     out: list[GroupDelta] = []
-    for figure in ("loo_delta", "shapley"):
+    figures = ("loo_delta", "shapley") if any(q.method != "loo" for q in defined) else ("loo_delta",)
+    for figure in figures:
         mat = np.full((len(defined), len(names)), np.nan)
         for r, q in enumerate(defined):
             acc: dict[str, list[float]] = {}

@@ -28,6 +28,13 @@ KINDS: dict[str, tuple[str, str]] = {
                 "End-to-end and per-stage percentiles, any-stage SLO exceedance; --load for a load run."),
     "consistency": ("ragassay.cli.analyze:consistency",
                     "pass@1, pass^k, per-item variance, modal answer fraction and pair agreement over trials."),
+    "attribution": ("ragassay.cli.analyze_causal:attribution",
+                    "Regenerate without each context item: leave-one-out deltas with CIs and Shapley shares."),
+    "attacks": ("ragassay.cli.analyze_causal:attacks",
+                "Planted-injection suite: attack success rate per class with exact intervals."),
+    "hygiene": ("ragassay.cli.analyze_causal:hygiene",
+                "13-gram overlap, keyword-baseline shortcut audit, retrieval bypass, exclusion union and "
+                "re-score."),
 }
 
 STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")
