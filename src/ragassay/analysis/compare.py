@@ -27,7 +27,10 @@ from ragassay.stats import adjust_pvalues, bootstrap_deltas, mde_paired
 # Every definitional choice a number depends on. `cutoffs` is derived from the run's `name@<int>` metrics
 # (it is not stored) and is None for a run without ranked metrics, which conflicts with nothing.
 PINS = ("dataset_version", "corpus_digest", "metric_version", "hit_rule", "gain", "relevance_threshold", "ties",
-        "cutoffs")
+        "cutoffs", "judge_model", "rubric_sha", "judge_prompt_sha")
+# The judge pins are None for a run no judge scored; like cutoffs, an absent pin conflicts with nothing
+# (such a run has no judge metrics to compare).
+OPTIONAL_PINS = ("cutoffs", "judge_model", "rubric_sha", "judge_prompt_sha")
 # scoring's fallback when a run's config names no reranker.final_k (analysis/scoring.py `_final_k`)
 SCORING_DEFAULT_FINAL_K = 10
 DEFAULT_MIN_EFFECT = 0.02
@@ -148,8 +151,10 @@ def final_k_of(rec, metrics) -> int | None:
 
 def run_pins(rec, metrics) -> dict[str, object]:
     """Every pin of a stored run, the derived ones (cutoffs, final_k) included."""
-    out = {p: getattr(rec, p) for p in PINS if p != "cutoffs"}
+    out = {p: getattr(rec, p) for p in PINS if p not in ("cutoffs", "judge_prompt_sha")}
     out["cutoffs"] = cutoffs_of(metrics)
+    judge = (rec.extra or {}).get("judge")
+    out["judge_prompt_sha"] = judge.get("prompt_sha") if isinstance(judge, dict) else None
     out["final_k"] = final_k_of(rec, metrics)
     return out
 
@@ -158,7 +163,7 @@ def pin_differences(a, b, metrics_a=(), metrics_b=()) -> list[tuple[str, object,
     """(pin, A, B) for every pin that differs. An underived pin (no ranked metrics) conflicts with nothing."""
     pa, pb = run_pins(a, metrics_a), run_pins(b, metrics_b)
     return [(p, pa[p], pb[p]) for p in PINS
-            if pa[p] != pb[p] and not (p == "cutoffs" and (pa[p] is None or pb[p] is None))]
+            if pa[p] != pb[p] and not (p in OPTIONAL_PINS and (pa[p] is None or pb[p] is None))]
 
 
 def _verdict(delta: float, lo: float, hi: float, min_effect: float, higher: bool, defined: bool,
@@ -351,7 +356,7 @@ def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFA
         lines = [f"  {p}: {_value_text(a)} (A) vs {_value_text(b)} (B)" for p, a, b in pins]
         raise PinMismatchError(f"runs {ra.name} (A) and {rb.name} (B) are not comparable; differing pins:\n"
                                + "\n".join(lines) + "\nre-score both under the same definitions (golden set, "
-                               "corpus, metric version, hit rule, gain, threshold, ties, cutoffs), or pass "
+                               "corpus, metric version, hit rule, gain, threshold, ties, cutoffs, judge), or pass "
                                "--rebaseline to compare anyway")
     shared = [m for m in ma if m in set(mb)]
     wanted = shared if metrics is None else list(dict.fromkeys(metrics))

@@ -515,6 +515,25 @@ class Store:
             values=values,
         )
 
+    # ------------------------------------------------------------------ judge pins
+    def set_judge_pins(self, run_id: str, pins: Mapping[str, Any], summary: Mapping[str, Any] | None = None
+                       ) -> None:
+        """Record the judge a run's judge metrics were scored under: ``judge_model`` and ``rubric_sha`` in
+        their columns, the whole pin set (prompt sha, sampling, metrics) in ``extra["judge"]`` and the run's
+        judge summary (undefined counts, outcomes, cost line) in ``extra["judge_summary"]``."""
+        self._check_writable()
+        self._require_run(run_id)
+        for key in ("judge_model", "rubric_sha", "prompt_sha"):
+            if not isinstance(pins.get(key), str) or not pins[key]:
+                raise InputError(f"judge pins need a non-empty {key!r}")
+        extra = {**(self.get_run(run_id).extra or {}), "judge": dict(pins)}
+        if summary is not None:
+            extra["judge_summary"] = dict(summary)
+        self._con.execute(
+            "UPDATE runs SET judge_model = ?, rubric_sha = ?, extra = ?::JSON WHERE run_id = ?",
+            [pins["judge_model"], pins["rubric_sha"], json.dumps(extra, sort_keys=True, default=str), run_id],
+        )
+
     # ------------------------------------------------------------------ judge calls
     def record_judge_calls(self, records: Sequence[Mapping[str, Any]]) -> int:
         """Insert judge-call records (dicts keyed by ``JUDGE_CALL_COLUMNS``) in one transaction; return the count.

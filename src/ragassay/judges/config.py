@@ -1,0 +1,192 @@
+"""The judge config (``judge.yaml``): which judge, which metrics, prices, limits. Strict: unknown keys, wrong
+types and out-of-range values are errors naming the file, the field and its line.
+
+```yaml
+provider: openai            # openai | anthropic | local
+model: gpt-5-mini           # for provider local: lexical | embedding
+base_url: null              # any OpenAI-compatible server (vLLM, Ollama, llama.cpp) for provider openai
+max_tokens: 1024
+effort: low                 # optional; temperature likewise
+concurrency: 16
+spend_cap: 5.0              # USD; null for none
+metrics: [faithfulness, answer_relevance, correctness, citations, nuggets]
+criteria:                   # rubric correctness; default: central_fact, no_contradiction, complete
+  - {name: central_fact, description: "States the reference's central fact.", weight: 2}
+prices:                     # USD per million tokens
+  gpt-5-mini: {input: 0.25, output: 2.0, cached_input: 0.025}
+```
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ragassay.errors import InputError
+from ragassay.judges.metrics import DEFAULT_CRITERIA, METRICS, Criterion, suite_pins
+from ragassay.yamlio import load_yaml_node
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class CriterionConfig(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[a-z][a-z0-9_]*$")
+    description: str = Field(min_length=1)
+    weight: float = Field(default=1.0, gt=0)
+
+
+class RetryConfig(_Strict):
+    max_attempts: int = Field(default=5, ge=1, le=100)
+    timeout_s: float = Field(default=60.0, gt=0)
+    item_deadline_s: float = Field(default=300.0, gt=0)
+    backoff_base_s: float = Field(default=0.5, ge=0)
+    backoff_max_s: float = Field(default=30.0, ge=0)
+    retry_after_max_s: float = Field(default=60.0, ge=0)
+
+
+class JudgeConfig(_Strict):
+    provider: Literal["openai", "anthropic", "local"]
+    model: str = Field(min_length=1)
+    base_url: str | None = None
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$")
+    max_tokens: int = Field(default=1024, ge=1)
+    max_tokens_param: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    effort: str | None = None
+    concurrency: int = Field(default=8, ge=1, le=1024)
+    spend_cap: float | None = Field(default=None, ge=0)
+    metrics: list[Literal["faithfulness", "answer_relevance", "correctness", "citations", "nuggets"]] = Field(
+        default_factory=lambda: list(METRICS), min_length=1)
+    criteria: list[CriterionConfig] | None = None
+    prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    threshold: float | None = Field(default=None, ge=-1, le=1)
+    numeric: bool = True
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JudgeConfig:
+        if self.provider == "local":
+            if self.model not in ("lexical", "embedding"):
+                raise ValueError(f"model: a local judge is 'lexical' or 'embedding', got {self.model!r}")
+            llm_only = sorted({"answer_relevance", "correctness", "nuggets"} & set(self.metrics))
+            if llm_only:
+                raise ValueError(f"metrics: {llm_only} need an LLM judge; a local judge scores faithfulness "
+                                 "and citations")
+        else:
+            if self.model not in self.prices:
+                raise ValueError(f"prices: no price for model {self.model!r}; add {self.model}: {{input: ..., "
+                                 "output: ...}} in USD per million tokens (0 for a local server)")
+            if self.threshold is not None:
+                raise ValueError("threshold: only a local judge takes a threshold")
+        if self.base_url is not None and self.provider == "local":
+            raise ValueError("base_url: a local judge makes no calls")
+        if self.criteria is not None:
+            names = [c.name for c in self.criteria]
+            if len(set(names)) != len(names) or not names:
+                raise ValueError("criteria: give at least one criterion, each name once")
+        if len(set(self.metrics)) != len(self.metrics):
+            raise ValueError("metrics: list each metric once")
+        return self
+
+    def rubric_criteria(self) -> tuple[Criterion, ...]:
+        if self.criteria is None:
+            return DEFAULT_CRITERIA
+        return tuple(Criterion(c.name, c.description, c.weight) for c in self.criteria)
+
+    def pins(self) -> dict[str, Any]:
+        """The judge pins a run records: model (with provider), rubric sha, prompt sha and the sampling."""
+        if self.provider == "local":
+            from ragassay.judges.protocol import sha256_text
+
+            thr = self.threshold if self.threshold is not None else _LOCAL_THRESHOLD[self.model]
+            rubric = sha256_text(f"local:{self.model}@{thr!r};numeric={self.numeric}")
+            return {"judge_model": f"local:{self.model}", "rubric_sha": rubric, "prompt_sha": rubric,
+                    "provider": "local", "threshold": thr, "metrics": list(self.metrics)}
+        rubric, prompt = suite_pins(self.rubric_criteria(), self.metrics)
+        return {"judge_model": f"{self.provider}:{self.model}", "rubric_sha": rubric, "prompt_sha": prompt,
+                "provider": self.provider, "max_tokens": self.max_tokens, "temperature": self.temperature,
+                "effort": self.effort, "metrics": list(self.metrics)}
+
+
+_LOCAL_THRESHOLD = {"lexical": 0.7, "embedding": 0.8}
+
+
+def _line_of(node, loc: tuple) -> int | None:
+    line = None
+    for key in loc:
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+        nxt = None
+        if hasattr(node, "value") and isinstance(node.value, list):
+            if isinstance(key, int) and key < len(node.value) and not isinstance(node.value[key], tuple):
+                nxt = node.value[key]
+            else:
+                for item in node.value:
+                    if isinstance(item, tuple) and getattr(item[0], "value", None) == key:
+                        line = item[0].start_mark.line + 1
+                        nxt = item[1]
+                        break
+        node = nxt
+    return line
+
+
+def load_judge_config(path: str | Path) -> JudgeConfig:
+    """The judge config in ``path``; every problem is one ``file:line: field: message`` line."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such judge config file")
+    data, node = load_yaml_node(p, "judge config")
+    if not isinstance(data, dict):
+        raise InputError(f"{p}: a judge config is a mapping (provider, model, metrics, prices, ...), got "
+                         f"{type(data).__name__}; see docs/judges.md")
+    try:
+        cfg = JudgeConfig.model_validate(data)
+    except ValidationError as e:
+        lines = []
+        for x in e.errors():
+            loc = tuple(x["loc"])
+            line = _line_of(node, loc) if node is not None else None
+            where = f"{p}:{line}" if line else str(p)
+            field = ".".join(map(str, loc))
+            lines.append(f"{where}: {field + ': ' if field else ''}{x['msg'].removeprefix('Value error, ')}")
+        raise InputError(f"{p}: invalid judge config; fix these fields (see docs/judges.md):\n"
+                         + "\n".join(lines)) from e
+    from ragassay.judges.providers import price_table
+
+    price_table(cfg.prices, where=f"{p}: prices")
+    return cfg
+
+
+def build_judge(cfg: JudgeConfig, store=None):
+    """The client (LLM provider) or local support judge a config names."""
+    if cfg.provider == "local":
+        from ragassay.judges.local import EmbeddingSupport, LexicalSupport
+
+        thr = cfg.threshold if cfg.threshold is not None else _LOCAL_THRESHOLD[cfg.model]
+        return LexicalSupport(thr) if cfg.model == "lexical" else EmbeddingSupport(thr)
+    import os
+
+    from ragassay.judges.protocol import Sampling
+    from ragassay.judges.providers import AnthropicJudge, OpenAIJudge, RetryPolicy, price_table
+
+    sampling = Sampling(cfg.model, max_tokens=cfg.max_tokens, temperature=cfg.temperature, effort=cfg.effort)
+    kwargs: dict[str, Any] = {"base_url": cfg.base_url, "concurrency": cfg.concurrency,
+                              "spend_cap": cfg.spend_cap, "store": store,
+                              "retry": RetryPolicy(**cfg.retry.model_dump())}
+    if cfg.api_key_env is not None:
+        key = os.environ.get(cfg.api_key_env)
+        if not key:
+            raise InputError(f"api_key_env: ${cfg.api_key_env} is not set; export the key, or remove "
+                             "api_key_env to use the provider's default variable")
+        kwargs["api_key"] = key
+    if cfg.provider == "anthropic":
+        return AnthropicJudge(sampling, price_table(cfg.prices), **kwargs)
+    return OpenAIJudge(sampling, price_table(cfg.prices), max_tokens_param=cfg.max_tokens_param, **kwargs)
+
+
+__all__ = ["JudgeConfig", "build_judge", "load_judge_config"]

@@ -1,0 +1,121 @@
+"""Judge a stored run: read its traces, judge every answer, store the judge metrics and the judge's pins.
+
+The metric rows join the run's other rows by (run, query, trial); the calls are in ``judge_calls`` (the
+cache); the pins go on the run (``judge_model``, ``rubric_sha`` and ``extra["judge"]`` with the prompt sha)
+so ``compare`` and ``gate`` can refuse runs judged differently. A run is judged under one judge: judging it
+again needs ``resume`` and the same pins (a rerun pays only for what is not in the store yet).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ragassay.errors import InputError, PinMismatchError
+from ragassay.judges.config import JudgeConfig, build_judge
+from ragassay.judges.cost import CostLine, cost_line
+from ragassay.judges.metrics import JudgedMetrics, items_from, judge_items
+from ragassay.judges.providers import JudgeStopped
+
+PIN_KEYS = ("judge_model", "rubric_sha", "prompt_sha")
+
+
+@dataclass
+class JudgeSummary:
+    run_id: str
+    run_name: str
+    pins: dict[str, Any]
+    judged: JudgedMetrics
+    cost: CostLine | None
+    items: int
+
+    def to_dict(self) -> dict[str, Any]:
+        means = self.judged.means()
+        return {
+            "run_id": self.run_id, "run_name": self.run_name, "pins": self.pins, "items": self.items,
+            "metrics": {m: {"mean": v, "defined": d, "undefined": u} for m, (v, d, u) in means.items()},
+            "undefined": [{"metric": m, "reason": r, "count": n}
+                          for (m, r), n in sorted(self.judged.undefined.items())],
+            "calls": dict(sorted(self.judged.calls.items())),
+            "quote_not_found": self.judged.quote_not_found,
+            "cost": None if self.cost is None else self.cost.to_dict(),
+        }
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return None if math.isnan(obj) else obj
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg: JudgeConfig, *,
+                     resume: bool = False) -> JudgeSummary:
+    """Judge the answers of stored run ``run_ref`` from its ``traces`` and store the judge metrics.
+
+    Raises ``InputError`` for a run judged before (without ``resume``), ``PinMismatchError`` for a run judged
+    under other pins, and ``JudgeStopped`` when the spend cap or a fatal provider error stopped the calls
+    (finished calls are stored; nothing is written to ``results`` until every item is judged)."""
+    rec = store.get_run(run_ref)
+    pins = cfg.pins()
+    before = (rec.extra or {}).get("judge")
+    if before and not resume:
+        raise InputError(f"run {rec.name} ({rec.run_id}) was already judged by {before.get('judge_model')}; "
+                         "pass --resume to finish or re-score it under the same judge (paid calls come from "
+                         "the store)")
+    if before:
+        differ = [k for k in PIN_KEYS if before.get(k) != pins[k]]
+        if differ:
+            raise PinMismatchError(
+                f"run {rec.name} was judged under other pins ({', '.join(f'{k} {before.get(k)} -> {pins[k]}' for k in differ)}); "
+                "a run holds one judge's metrics: score the traces into a new run to judge them differently")
+    if rec.status == "running":
+        raise InputError(f"run {rec.name} ({rec.run_id}) is still running; judge it once it has finished")
+    if rec.dataset_version != golden.dataset_version:
+        raise InputError(f"run {rec.name} was scored on dataset {rec.dataset_version}, but the golden set given "
+                         f"is {golden.dataset_version}; pass the run's golden set with --golden")
+    unknown = sorted({t.query_id for t in traces} - set(golden.query_ids))
+    if unknown:
+        raise InputError(f"{len(unknown)} trace(s) name queries not in the golden set (first: {unknown[:3]}); "
+                         "pass the run's golden set with --golden")
+
+    def unit_text(u) -> str:
+        if u.text is not None:
+            return u.text
+        if u.doc_id not in corpus:
+            raise InputError(f"packed unit {u.unit_id} names doc {u.doc_id!r}, which is not in the corpus; pass "
+                             "the run's corpus with --corpus")
+        return corpus[u.doc_id].text[u.start:u.end]
+
+    items = items_from(traces, golden, unit_text)
+    judge = build_judge(cfg, store)
+    if cfg.provider == "local":
+        from ragassay.judges.local import local_judge_items
+
+        judged = local_judge_items(items, judge, numeric=cfg.numeric)
+        cost = None
+    else:
+        judged = judge_items(judge, rec.run_id, items, metrics=cfg.metrics, criteria=cfg.rubric_criteria())
+        cost = cost_line([j.record for j in judged.judgements], len(items), store)
+        if judged.stopped is not None:
+            raise JudgeStopped(
+                f"judge run stopped: {judged.stopped}; {sum(judged.calls.values())} call(s) planned, "
+                f"{judged.calls.get('not_started', 0)} not started, ${judged.spend:.4f} spent. Finished calls "
+                f"are stored: rerun with --resume (and a higher spend_cap) to pay only for the rest")
+    summary = JudgeSummary(rec.run_id, rec.name, pins, judged, cost, len(items))
+    status = rec.status
+    store.resume_run(rec.run_id)
+    try:
+        store.write_batch(rec.run_id, judged.columns)
+        store.set_judge_pins(rec.run_id, pins, _clean(summary.to_dict()))
+    finally:
+        store.finish_run(rec.run_id, status if status in ("complete", "failed") else "complete")
+    return summary
+
+
+__all__ = ["PIN_KEYS", "JudgeSummary", "judge_stored_run"]
