@@ -400,3 +400,41 @@ def test_policy_values_out_of_range_name_the_file_line_and_field(tmp_path, text,
     with pytest.raises(InputError) as e:
         load_policy(p)
     assert fragment in str(e.value)
+
+
+def _judged(store, name, values, model="openai:m", rubric="r" * 64, prompt="p" * 64):
+    run_id = make_run(store, name, values, extra={"unit_failures": 0})
+    store.set_judge_pins(run_id, {"judge_model": model, "rubric_sha": rubric, "prompt_sha": prompt})
+    return run_id
+
+
+@pytest.mark.parametrize(("pin", "kw"), [("judge_model", {"model": "anthropic:m"}),
+                                         ("rubric_sha", {"rubric": "s" * 64}),
+                                         ("judge_prompt_sha", {"prompt": "q" * 64})])
+def test_runs_judged_under_different_judge_pins_are_refused_unless_rebaselined(store, pin, kw):
+    v = {"faithfulness": np.linspace(0, 1, 40)}
+    a, b = _judged(store, "a", v), _judged(store, "b", v, **kw)
+    pol = GatePolicy(n_resamples=500, metrics={"faithfulness": MetricPolicy(min_effect=0.05)},
+                     hard=HardPolicy(min_citation_validity=None))
+    for call in (lambda: compare_runs(store, a, b, n_resamples=200), lambda: run_gate(store, a, b, pol)):
+        with pytest.raises(PinMismatchError, match=pin):
+            call()
+    comp = compare_runs(store, a, b, n_resamples=200, rebaseline=True)
+    assert [p for p, _, _ in comp.pin_differences] == [pin]
+    # an unjudged run has no judge pins: it conflicts with nothing (its shared metrics compare as before)
+    plain = make_run(store, "plain", v)
+    assert compare_runs(store, a, plain, n_resamples=200).pin_differences == []
+
+
+def test_gate_fails_a_credible_regression_in_a_judge_metric(store):
+    rng = np.random.default_rng(5)
+    base = rng.random(200)
+    a = _judged(store, "a", {"faithfulness": base})
+    worse = _judged(store, "worse", {"faithfulness": np.clip(base - 0.15, 0, 1)})
+    same = _judged(store, "same", {"faithfulness": base})
+    pol = GatePolicy(n_resamples=1000, metrics={"faithfulness": MetricPolicy(min_effect=0.05)},
+                     hard=HardPolicy(min_citation_validity=None))
+    res = run_gate(store, a, worse, pol)
+    assert res.verdict == "FAIL"
+    assert any(c.name == "faithfulness" and c.verdict == "FAIL" for c in res.checks)
+    assert run_gate(store, a, same, pol).verdict == "PASS"
