@@ -280,8 +280,8 @@ def consistency(
 
 
 def register(app: typer.Typer) -> None:
-    sub = typer.Typer(help="System analyses over stored runs: decomposition, ladder, slices, ablation, latency, "
-                           "consistency.", no_args_is_help=True)
+    sub = typer.Typer(help=f"System analyses over stored runs and pipelines: {', '.join(KINDS)}.",
+                      no_args_is_help=True)
     for name, (target, help_text) in KINDS.items():
         module, func = target.split(":")
         sub.command(name, help=help_text)(getattr(importlib.import_module(module), func))
