@@ -88,3 +88,24 @@ def test_index_eval_reads_npy_vectors(capsys, tmp_path):
     res = json.loads(out)
     assert res["n"] == 400 and res["curve"]["knob"] == "nprobe" and res["curve"]["points"][0]["recall"] == 1.0
     assert "pareto" not in res
+
+
+def test_index_report_section_arranges_both_outputs_as_json_tables(capsys):
+    from ragassay.metrics.ann import index_report_section
+
+    code, out, _ = _run(["index-eval", "--synthetic", "500", "--dim", "8", "--values", "4,32", "--n-queries", "30",
+                         "--selectivity", "0.001", "--concurrency", "1", "--json"], capsys)
+    assert code == 0
+    ie = json.loads(out)
+    ec = {"drift": {"n": 5, "k": 2, "spearman": float("nan"), "kendall": 0.5, "overlap_at_k": 1.0,
+                    "self_cosine": None}}
+    sec = index_report_section(ie, ec)
+    json.dumps(sec, allow_nan=False)  # strict JSON: undefined values became null
+    titles = [t["title"] for t in sec["tables"]]
+    assert titles == ["ANN recall@10 vs efSearch (hnsw)", "Query latency", "Build cost", "Filtered ANN recall",
+                      "Recall after churn", "Quantization Pareto table", "Drift probe"]
+    curve = sec["tables"][0]
+    assert [r[0] for r in curve["rows"]] == [4, 32]
+    assert curve["rows"][1][1] == ie["curve"]["points"][1]["recall"]
+    assert sec["tables"][-1]["rows"] == [[5, 2, None, 0.5, 1.0, None]]
+    assert index_report_section() == {"title": "Embeddings and index", "tables": [], "notes": []}
