@@ -42,6 +42,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "trec": ("trec", "Score a TREC run against qrels with trec_eval semantics."),
     "power": ("power", "Minimum detectable effect of a paired comparison, or the n needed for a target "
                        "effect."),
+    "corpus": ("stages", "Check a corpus's canonicalization: idempotence, offset round trip, token drift."),
+    "parse": ("stages", "Span survival and parse-quality proxies per parser (the parse ceiling)."),
+    "chunks": ("stages", "Chunking report card: chunk sizes, chunks per answer span, split spans, "
+                         "Precision_Omega."),
+    "sweep": ("stages", "Run a grid of configs, store each, compare at a fixed token budget against a "
+                        "baseline."),
     "embed-check": ("index", "Embedding diagnostics: similarity gap with CI, top-1 similarity, near-duplicates, "
                              "truncation, drift probe."),
     "index-eval": ("index", "ANN index report card: recall vs efSearch/nprobe, latency, memory, filtered recall, "
@@ -49,7 +55,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "judge": ("judge", "Judge a stored run's answers with an LLM or local judge, store the judge metrics and "
                        "print the cost line."),
     "analyze": ("analyze", "System analyses: evidence-delivery decomposition, oracle ladder, slices and cases, "
-                           "ablations, latency, consistency."),
+                           "ablations, latency, consistency, attribution, attacks, hygiene."),
 }
 
 
