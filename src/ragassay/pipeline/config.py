@@ -13,7 +13,15 @@ import difflib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from ragassay.errors import InputError, SchemaError
 from ragassay.pipeline.analyzer import STOPWORD_LISTS, stemmers
@@ -93,12 +101,42 @@ class PackerConfig(_Section):
     policy: Literal["stop", "skip"] = "stop"
 
 
+_LLM_KEYS = ("provider", "model", "base_url", "max_tokens", "price_input", "price_output")
+
+
 class GeneratorConfig(_Section):
-    kind: Literal["extractive"] = "extractive"
+    kind: Literal["extractive", "llm"] = "extractive"
     abstain_floor: float = Field(default=DEFAULT_ABSTAIN_FLOOR, ge=0, le=1,
                                  description="least support a sentence needs to be used (see generator.py)")
     max_sentences: int = Field(default=2, ge=1)
     absent_names: bool = Field(default=True, description="abstain when the question names an unseen term")
+    provider: Literal["openai", "anthropic"] | None = None
+    model: str | None = Field(default=None, min_length=1)
+    base_url: str | None = Field(default=None, min_length=1, description="any OpenAI-compatible server")
+    max_tokens: int | None = Field(default=None, ge=1)
+    price_input: float | None = Field(default=None, ge=0, description="USD per million input tokens")
+    price_output: float | None = Field(default=None, ge=0, description="USD per million output tokens")
+
+    @model_validator(mode="after")
+    def _llm_keys(self) -> GeneratorConfig:
+        given = [k for k in _LLM_KEYS if getattr(self, k) is not None]
+        if self.kind == "extractive" and given:
+            raise ValueError(f"{', '.join(given)}: only the llm generator takes these (set kind: llm)")
+        if self.kind == "llm":
+            missing = [k for k in ("provider", "model", "price_input", "price_output") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"kind llm needs {', '.join(missing)} (prices in USD per million tokens, 0 for "
+                                 "a local server)")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        # An extractive config dumps exactly as before the llm keys existed, so its config sha is unchanged.
+        out = handler(self)
+        if self.kind == "extractive":
+            for k in _LLM_KEYS:
+                out.pop(k, None)
+        return out
 
 
 class ConfigProblems(ValueError):

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ragassay.judges.protocol import Verdict
 from ragassay.pipeline.analyzer import Analyzer, TermStats
 from ragassay.pipeline.chunkers import sentence_spans
 from ragassay.pipeline.tokens import count_tokens
@@ -184,3 +185,76 @@ def choose_abstain_floor(best_support, forced, answerable, floors, max_over_refu
     if best is None:
         raise ValueError("floors is empty; give at least one candidate floor")
     return best
+
+
+LLM_SYSTEM = (
+    "Answer the question from the numbered context units only. Put the answer in 'answer' and the numbers of "
+    "the units it relies on in 'cited_units'. If the context does not answer the question, set "
+    "'cannot_judge' to true and leave 'answer' empty: abstaining is better than guessing. Reason briefly in "
+    "'justification' first."
+)
+
+
+class LLMGenerator:
+    """Generate with an LLM through the judge clients (``ragassay.judges.providers``): the same SDKs,
+    retries, timeouts and key handling. Structured output: the answer, the cited unit numbers, and the
+    escape hatch as abstention. Outcomes: a valid answer is ``answered``, the escape hatch ``abstained``,
+    a provider refusal ``refused``; anything else (truncated, malformed, error) is ``error`` with its
+    reason in ``details``. ``client`` is an ``AnthropicJudge`` or ``OpenAIJudge`` (no store: a generation
+    is not cached)."""
+
+    def __init__(self, client):
+        self.client = client
+        self.name = f"llm:{client.provider}:{client.sampling.model}"
+
+    def generate(self, question: str, packed: list[Unit]) -> Generation:
+        import hashlib
+
+        from ragassay.judges.protocol import ItemKey, JudgeRequest
+
+        ctx = "\n".join(f"<unit id=\"{i + 1}\">{u.text or ''}</unit>" for i, u in enumerate(packed))
+        user = f"<context>\n{ctx}\n</context>\n<question>{question}</question>"
+        qkey = hashlib.sha256(question.encode("utf-8")).hexdigest()[:16]
+        run = self.client.run([JudgeRequest(ItemKey("generate", qkey, 0, "answer"), "generate", GeneratedAnswer,
+                                            LLM_SYSTEM, user)])
+        run.raise_if_stopped()
+        j = run.judgements[0]
+        rec = j.record
+        details = {"outcome": rec.outcome, "attempts": rec.attempts, "latency_ms": rec.latency_ms}
+        if rec.reason:
+            details["reason"] = rec.reason
+        tokens = (rec.input_tokens, rec.output_tokens, rec.cost)
+        if rec.outcome == "ok" and j.verdict is not None and j.verdict.answer.strip():
+            v = j.verdict
+            cites = [Citation(unit_id=packed[k - 1].unit_id, doc_id=packed[k - 1].doc_id)
+                     for k in dict.fromkeys(v.cited_units) if 1 <= k <= len(packed)]
+            bad = [k for k in v.cited_units if not 1 <= k <= len(packed)]
+            if bad:
+                details["invalid_citations"] = bad
+            return Generation(v.answer, cites, "answered", *tokens, details=details)
+        if rec.outcome in ("ok", "cannot_judge"):
+            return Generation(None, [], "abstained", *tokens, details=details)
+        if rec.outcome == "refused":
+            return Generation(None, [], "refused", *tokens, details=details)
+        return Generation(None, [], "error", *tokens, details=details)
+
+
+
+class GeneratedAnswer(Verdict):
+    """The llm generator's structured output; ``cannot_judge`` is the abstention."""
+
+    answer: str
+    cited_units: list[int]
+
+
+def make_llm_generator(cfg, api_key: str | None = None) -> LLMGenerator:
+    """The ``kind: llm`` generator of a validated ``GeneratorConfig`` (key from the provider's variable)."""
+    from ragassay.judges.protocol import Sampling
+    from ragassay.judges.providers import AnthropicJudge, OpenAIJudge, Price
+
+    sampling = Sampling(cfg.model, max_tokens=cfg.max_tokens or 1024)
+    prices = {cfg.model: Price(input=cfg.price_input, output=cfg.price_output)}
+    cls = AnthropicJudge if cfg.provider == "anthropic" else OpenAIJudge
+    kwargs = {} if cls is AnthropicJudge else {"max_tokens_param": "max_tokens" if cfg.base_url else
+                                                "max_completion_tokens"}
+    return LLMGenerator(cls(sampling, prices, api_key=api_key, base_url=cfg.base_url, **kwargs))
