@@ -56,13 +56,12 @@ def loop_metrics(n, ev, ret):
         inter = _sum_ranges(_union_ranges(hits))
         n_e = _sum_ranges(refs)
         n_r = sum(e - s for s, e in units)
-        n_ru = _sum_ranges(_union_ranges([u for u in units if u[1] > u[0]]))
         if n_e:
             recall[q] = inter / n_e
         if n_r:
             precision[q] = inter / n_r
-        if n_e + n_ru - inter:
-            iou[q] = inter / (n_e + n_ru - inter)
+        if n_e + n_r - inter:
+            iou[q] = inter / (n_e + n_r - inter)
     return recall, precision, iou
 
 

@@ -25,7 +25,7 @@ def _brute(ev, ret):
     inter = len(te & tr)
     nan = float("nan")
     return (inter / len(te) if te else nan, inter / len(tr_multi) if tr_multi else nan,
-            inter / len(te | tr) if te | tr else nan)
+            inter / (len(te) + len(tr_multi) - inter) if te or tr_multi else nan)
 
 
 def _random_run(rng, n_q, line=400):
@@ -54,9 +54,9 @@ def test_token_metrics_match_per_token_sets_on_random_intervals(seed):
 
 
 def test_overlapping_units_pay_for_redundant_tokens():
-    # evidence [10, 20); two units both covering it: recall 1, precision 10 / 40, IoU 10 / 20
+    # evidence [10, 20); two units both covering it: recall 1, precision 10 / 40, IoU 10 / (10 + 40 - 10)
     m = token_metrics(1, [0], [10], [20], [0, 0], [5, 5], [25, 25])
-    assert (m.recall[0], m.precision[0], m.iou[0]) == (1.0, 0.25, 0.5)
+    assert (m.recall[0], m.precision[0], m.iou[0]) == (1.0, 0.25, 0.25)
 
 
 def test_undefined_is_nan_not_zero():

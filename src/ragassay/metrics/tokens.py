@@ -9,7 +9,8 @@ For query q with evidence tokens ``t_e`` (the union of its evidence spans) and r
 
 * recall     = |t_e ∩ t_r| / |t_e|
 * precision  = |t_e ∩ t_r| / Σ_{u∈R} |u|       (redundant tokens of overlapping units count every time)
-* IoU        = |t_e ∩ t_r| / |t_e ∪ t_r|
+* IoU        = |t_e ∩ t_r| / (|t_e| + Σ_{u∈R} |u| - |t_e ∩ t_r|)   (the union with redundancy paid, as in
+  the Chroma report, so overlapping chunkers pay for repeats here too)
 * Precision_Ω = precision when R is every unit of the chunking that holds an evidence token
 
 where ``t_r`` is the *set* of retrieved tokens (Smith & Troynikov 2024, Chroma technical report). Undefined is
@@ -146,12 +147,11 @@ def _check(name: str, q: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int) -> 
 
 
 def _counts_numpy(n_queries, ev_q, ev_lo, ev_hi, ret_q, ret_lo, ret_hi):
-    """(|t_e|, |t_r| as a set, |t_r| with multiplicity, |t_e ∩ t_r|) per query, in numpy: the reference the
-    compiled kernel is held to."""
+    """(|t_e|, |t_r| with multiplicity, |t_e ∩ t_r|) per query, in numpy: the reference the compiled kernel
+    is held to."""
     LE, HE = _disjoint(*_padded(ev_q, ev_lo, ev_hi, n_queries))
     LR, HR = _disjoint(*_padded(ret_q, ret_lo, ret_hi, n_queries))
     n_e = (HE - LE).sum(axis=1).astype(np.float64)
-    n_ru = (HR - LR).sum(axis=1).astype(np.float64)
     n_r = np.bincount(ret_q, weights=(ret_hi - ret_lo).astype(np.float64), minlength=n_queries)[:n_queries]
     # Each query's block of the line starts at query * stride, so the rows laid end to end form one sorted,
     # disjoint family, and each evidence interval's overlap with its own query's units is a lookup.
@@ -161,7 +161,7 @@ def _counts_numpy(n_queries, ev_q, ev_lo, ev_hi, ret_q, ret_lo, ret_hi):
     shift = (np.arange(n_queries, dtype=np.int64) * stride)[:, None]
     covered = _covered((LR + shift).ravel(), (HR + shift).ravel(), (LE + shift).ravel(), (HE + shift).ravel())
     inter = covered.reshape(LE.shape).sum(axis=1).astype(np.float64)
-    return n_e, n_ru, n_r, inter
+    return n_e, n_r, inter
 
 
 def _csr(q: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int):
@@ -196,11 +196,11 @@ def token_metrics(n_queries: int, ev_q, ev_lo, ev_hi, ret_q, ret_lo, ret_hi, *, 
     _check("evidence", ev_q, ev_lo, ev_hi, n_queries)
     _check("retrieved", ret_q, ret_lo, ret_hi, n_queries)
     counts = _counts_numpy if engine == "numpy" else _counts_jit_csr
-    n_e, n_ru, n_r, inter = counts(n_queries, ev_q, ev_lo, ev_hi, ret_q, ret_lo, ret_hi)
+    n_e, n_r, inter = counts(n_queries, ev_q, ev_lo, ev_hi, ret_q, ret_lo, ret_hi)
     with np.errstate(invalid="ignore", divide="ignore"):
         recall = np.where(n_e > 0, inter / n_e, np.nan)
         precision = np.where(n_r > 0, inter / n_r, np.nan)
-        union = n_e + n_ru - inter
+        union = n_e + n_r - inter
         iou = np.where(union > 0, inter / union, np.nan)
     return TokenMetrics(recall, precision, iou, n_e, n_r, inter)
 
