@@ -77,3 +77,16 @@ def test_a_store_from_before_judge_calls_opens_and_gains_the_table(tmp_path):
     with Store.open(path) as s:
         s.record_judge_calls([_call(run_id)])
         assert len(s.judge_calls(run_id)) == 1 and s.get_run(run_id).name == "old"
+
+
+def test_export_carries_judge_calls_of_the_chosen_runs(store, run_id, tmp_path):
+    import pyarrow.parquet as pq
+
+    other = store.create_run(RunRecord(name="other"))
+    store.record_judge_calls([_call(run_id), _call(run_id, item="support:1"), _call(other, sha="b" * 64)])
+    paths = store.export_parquet(tmp_path / "export", run_ids=[run_id])
+    back = pq.read_table(paths["judge_calls"])
+    assert back["run_id"].to_pylist() == [run_id, run_id]
+    assert back["item"].to_pylist() == ["support:0", "support:1"]
+    everything = store.export_parquet(tmp_path / "all")
+    assert pq.read_table(everything["judge_calls"]).num_rows == 3

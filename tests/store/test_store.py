@@ -201,7 +201,7 @@ def test_parquet_export_round_trips(store, tmp_path):
     )
     store.write_batch(r2, _rows(["q1"], ["ndcg@10"], [0.25]))
     paths = store.export_parquet(tmp_path / "export", run_ids=[r1])
-    assert set(paths) == {"runs", "results", "query_status"}
+    assert set(paths) == {"runs", "results", "query_status", "judge_calls"}
     for table, ours in (("results", store.results(r1)), ("query_status", store.query_status(r1))):
         back = pq.read_table(paths[table])
         # Parquet marks NOT NULL columns as required; names, types and values must match exactly.

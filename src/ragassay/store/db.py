@@ -611,8 +611,9 @@ class Store:
 
     # ------------------------------------------------------------------ export
     def export_parquet(self, out_dir: str | Path, run_ids: Sequence[str] | None = None) -> dict[str, Path]:
-        """Write ``runs``, ``results`` and ``query_status`` (all runs, or the given run refs) as Parquet files
-        ``<table>.parquet`` in ``out_dir``, sorted by key; return {table: path}.
+        """Write ``runs``, ``results``, ``query_status`` and ``judge_calls`` (all runs, or the given run refs) as
+        Parquet files ``<table>.parquet`` in ``out_dir``, sorted by key; return {table: path}. ``judge_calls`` is
+        left out only for a store written before that table existed, opened read-only.
 
         ``out_dir`` must be new, empty or an earlier export (recognised by its ``.ragassay-export`` marker);
         anything else — a file, a folder of the user's — is refused with an ``InputError`` before a byte is
@@ -634,6 +635,8 @@ class Store:
             "results": "run_id, query_id, trial, metric",
             "query_status": "run_id, query_id, trial",
         }
+        if self._judge_calls_present:
+            order["judge_calls"] = "run_id, query_id, trial, item, judge, request_sha"
         fsio.make_dir(out)
         fsio.mark_output_dir(out, EXPORT_KIND)
         paths = {}
