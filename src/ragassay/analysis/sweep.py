@@ -199,7 +199,10 @@ def measure_config(traces, golden, corpus, space, chunker: dict, budget: int, fi
                          *_units(traces, index, space, lambda t: (t.reranked or t.fused)[:fixed_k]))
     k_used = np.asarray([len(t.packed) for t in traces if t.trial == 0], dtype=float)
     used = np.asarray([t.packed_tokens for t in traces if t.trial == 0], dtype=float)
+    k_fixed = np.asarray([min(fixed_k, len(t.reranked or t.fused)) for t in traces if t.trial == 0], dtype=float)
     row = {"card": card.to_dict(), "k_used_mean": _mean(k_used), "tokens_used_mean": _mean(used),
+           f"k_used_mean@k{fixed_k}": _mean(k_fixed),
+           f"tokens_used_mean@k{fixed_k}": _mean(np.where(answerable, at_k.retrieved_tokens, np.nan)),
            "n_queries": int(answerable.sum())}
     per_query = {}
     for tag, m in (("budget", at_budget), (f"k{fixed_k}", at_k)):

@@ -165,8 +165,9 @@ def print_sweep(res: dict) -> None:
         for r in res["cost_quality"]:
             card = r["card"]
             t.add_row(esc(r["config"]) + (" (baseline)" if r["config"] == res["baseline"] else ""),
-                      str(card["n_chunks"]), _f(card["size_mean"], 1), _f(r["k_used_mean"], 1),
-                      _f(r["tokens_used_mean"], 0), _pm(r[f"token_recall@{tag}"]), _pm(r[f"token_precision@{tag}"]),
+                      str(card["n_chunks"]), _f(card["size_mean"], 1),
+                      _f(r["k_used_mean" if tag == "budget" else f"k_used_mean@{tag}"], 1),
+                      _f(r["tokens_used_mean" if tag == "budget" else f"tokens_used_mean@{tag}"], 0), _pm(r[f"token_recall@{tag}"]), _pm(r[f"token_precision@{tag}"]),
                       _pm(r[f"token_iou@{tag}"]), _pm(r["precision_omega"]), _f(r["recall@context"]["mean"]),
                       f"{card['spans_split']}/{card['n_spans']}", _f(r["index_build_ms"] + card["build_ms"], 0))
         console.print(t)
