@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -10,6 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 from ragassay.analysis.compare import Comparison, compare_runs
+from ragassay.analysis.decomposition import decomposition_between, decomposition_of_run, oracle_ladder
 from ragassay.analysis.gate import GatePolicy, GateResult, MetricPolicy, run_gate
 from ragassay.analysis.report_data import build_report_data
 from ragassay.analysis.runner import load_inputs, run_pipeline_into_store
@@ -19,6 +19,10 @@ from ragassay.store import Store
 DEMO_CONFIGS = ("bm25", "hybrid", "hybrid_rerank", "oracle")
 BASELINE = "bm25"
 GATE_CANDIDATE = "hybrid"
+ATTRIBUTION_RUN = "bm25"
+ATTRIBUTION_QUERIES = 6
+# The demo's analysis intervals, like the report's, use fewer resamples than its comparisons.
+ANALYSIS_RESAMPLES = 2_000
 
 
 def demo_config_dir() -> Path:
@@ -41,41 +45,35 @@ class DemoResult:
     comparisons: list[Comparison]
     gate: GateResult
     ladder: dict
+    decomposition: dict
+    attribution: dict | None
     report: Path | None
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def oracle_ladder(summaries: dict[str, dict]) -> dict:
-    """Spec §8.4: is the bottleneck retrieval or generation? Compare the oracle rung with the pipelines."""
-    def mean(run: str, metric: str) -> float | None:
-        for m in summaries.get(run, {}).get("metrics", []):
-            if m["metric"] == metric:
-                return None if math.isnan(m["mean"]) else m["mean"]
-        return None
+def demo_attribution(st, run_id: str, corpus, golden, config: Path, cache_dir: Path,
+                     n_queries: int = ATTRIBUTION_QUERIES) -> dict:
+    """Leave-one-out deltas of each packed item on the first ``n_queries`` answerable queries whose context
+    held relevant evidence: regenerate without the item with the run's own generator and re-score answer F1.
+    Bounded (a handful of queries, leave-one-out only, no Shapley) so the demo stays about ten seconds."""
+    from ragassay.analysis.attribution import attribute, attribution_report_section, contexts_from_traces
+    from ragassay.analysis.slicing import run_traces
+    from ragassay.pipeline import Pipeline, load_config
 
-    rows = [{"config": r, "recall@fusion_depth": mean(r, "recall@fusion_depth"),
-             "recall@context": mean(r, "recall@context"), "answer_f1": mean(r, "answer_f1"),
-             "abstention_recall": mean(r, "abstention_recall"), "over_refusal": mean(r, "over_refusal")}
-            for r in summaries]
-    pipelines = [r for r in rows if r["config"] != "oracle" and r["answer_f1"] is not None]
-    oracle = next((r for r in rows if r["config"] == "oracle"), None)
-    if oracle is None or oracle["answer_f1"] is None or not pipelines:
-        return {"rows": rows, "diagnosis": "no oracle rung: cannot separate retrieval from generation"}
-    best = max(pipelines, key=lambda r: r["answer_f1"])
-    gap = oracle["answer_f1"] - best["answer_f1"]
-    ceiling = best["recall@fusion_depth"]
-    if oracle["answer_f1"] < 0.5:
-        diag = (f"generation: even with the golden evidence handed to it (oracle context) answer F1 is only "
-                f"{oracle['answer_f1']:.2f}, so tune the generator before retrieval")
-    elif gap > 0.05:
-        diag = (f"retrieval: with oracle context answer F1 is {oracle['answer_f1']:.2f} against "
-                f"{best['answer_f1']:.2f} for the best pipeline ({best['config']}), a gap of {gap:.2f}; "
-                f"recall@fusion_depth there is {ceiling:.2f} and recall@context "
-                f"{best['recall@context']:.2f}, so the evidence is not reaching the generator")
-    else:
-        diag = (f"neither dominates: the best pipeline ({best['config']}) is within {gap:.2f} answer F1 of the "
-                f"oracle rung ({oracle['answer_f1']:.2f})")
-    return {"rows": rows, "diagnosis": diag}
+    cfg = load_config(config).model_copy(update={"cache_dir": str(cache_dir)})
+    pipe = Pipeline.from_config(cfg, corpus)
+    traces = run_traces(st, run_id)
+    delivered = st.results_wide(run_id, ["recall@context"])
+    hit = {q for q, t, v in zip(delivered.query_ids, delivered.trials, delivered.values[:, 0], strict=True)
+           if t == 0 and v > 0}
+    queries = [q for q in golden.queries if q.answerable and q.reference_answer and q.query_id in hit][:n_queries]
+    contexts, _ = contexts_from_traces([traces[(q.query_id, 0)] for q in queries], corpus)
+    res = attribute(queries, contexts, pipe._generator, metric="answer_f1", shapley="none", n_resamples=1_000)
+    section = attribution_report_section(res, top=n_queries)
+    section["limit_note"] = (f"Run {st.get_run(run_id).name}, first {len(queries)} answerable queries whose packed "
+                             f"context held relevant evidence (the demo keeps this short; `ragassay analyze "
+                             f"attribution` covers every query and adds Shapley shares).")
+    return section
 
 
 def claim_demo_dir(out: Path) -> None:
@@ -122,16 +120,35 @@ def run_demo(out: str | Path = "ragassay-demo", *, n_resamples: int = 10_000, co
                        for c in configs if c != BASELINE]
         timings["compare"] = time.perf_counter() - t
         gate = run_gate(st, run_ids[BASELINE], run_ids[GATE_CANDIDATE], demo_gate_policy())
-        ladder = oracle_ladder(summaries)
+        t = time.perf_counter()
+        ids = [run_ids[c] for c in configs]
+        ladder = oracle_ladder(st, ids, n_resamples=ANALYSIS_RESAMPLES)
+        decomposition = {"kind": "decomposition", "n_resamples": ANALYSIS_RESAMPLES, "skipped": [],
+                         "runs": [decomposition_of_run(st, r, by_stratum=False, n_resamples=ANALYSIS_RESAMPLES)
+                                  for r in ids],
+                         "changes": [decomposition_between(st, run_ids[BASELINE], run_ids[c],
+                                                           n_resamples=ANALYSIS_RESAMPLES)
+                                     for c in configs if c != BASELINE]}
+        timings["decomposition"] = time.perf_counter() - t
+        attribution = None
+        if ATTRIBUTION_RUN in run_ids:
+            t = time.perf_counter()
+            attribution = demo_attribution(st, run_ids[ATTRIBUTION_RUN], corpus, golden,
+                                           demo_config_dir() / f"{ATTRIBUTION_RUN}.yaml", out / "cache")
+            timings["attribution"] = time.perf_counter() - t
         report_path = None
         if report:
             from ragassay.report import render_report
 
             t = time.perf_counter()
-            data = build_report_data(st, [run_ids[c] for c in configs], golden, corpus, comparisons=comparisons,
-                                     gate=gate, oracle_ladder=ladder,
+            sections = {"decomposition": decomposition, "oracle_ladder": ladder}
+            if attribution is not None:
+                sections["attribution"] = attribution
+            data = build_report_data(st, ids, golden, corpus, comparisons=comparisons, gate=gate,
+                                     sections=sections, analysis_resamples=ANALYSIS_RESAMPLES,
                                      title="ragassay demo: four configurations on the license corpus")
             report_path = render_report(data, out / "report")
             timings["report"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
-    return DemoResult(out, golden, corpus, run_ids, summaries, comparisons, gate, ladder, report_path, timings)
+    return DemoResult(out, golden, corpus, run_ids, summaries, comparisons, gate, ladder, decomposition,
+                      attribution, report_path, timings)

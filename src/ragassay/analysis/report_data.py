@@ -41,6 +41,10 @@ MAX_EMBEDDED_VALUES = 1_000_000
 QUERY_COLUMNS = ("recall@final_k", "answer_f1", "ndcg@final_k", "recall@fusion_depth")
 OUTCOMES = ("answered", "abstained", "refused", "error")
 PARQUET_NAME = "queries.parquet"
+# Report sections of the system analyses (docs/analyses.md). Their intervals use REPORT_RESAMPLES bootstrap
+# resamples (the page says so), fewer than `compare`'s default, to keep `ragassay report` quick; each analysis
+# at full precision is `ragassay analyze <kind>`.
+REPORT_RESAMPLES = 2_000
 
 
 def _num(x) -> float | None:
@@ -72,6 +76,8 @@ class RunTraces:
     shown: dict = field(default_factory=dict)  # query_id -> (outcome, answer, [(doc_id, start, end, text)])
     ranked: dict = field(default_factory=dict)  # query_id -> [(doc_id, start, end)]
     problems: list = field(default_factory=list)  # (line, message)
+    durations: list = field(default_factory=list)  # every trial's durations_ms, for the stage-latency section
+    later_trials: dict = field(default_factory=dict)  # (query_id, trial >= 1) -> (outcome, answer)
 
 
 def _is_int(x) -> bool:
@@ -106,6 +112,10 @@ def _trace_problem(rec: dict) -> str | None:
         return "answer must be a string or null"
     if outcome == "answered" and answer is None:
         return "outcome 'answered' needs an 'answer'"
+    durations = rec.get("durations_ms")
+    if durations is not None and not (isinstance(durations, dict) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in durations.values())):
+        return "durations_ms must map stage names to numbers of milliseconds"
     # only the lists the report reads: the ranked one (reranked, else fused), and packed when that is empty
     reranked = rec.get("reranked")
     name, ranked = ("reranked", reranked) if reranked is not None else ("fused", rec.get("fused", []))
@@ -150,7 +160,11 @@ def read_report_traces(path: str | Path) -> RunTraces:
                                              f"(first at line {seen[key]}); skipped"))
                 continue
             seen[key] = lineno
+            durations = rec.get("durations_ms")
+            if isinstance(durations, dict) and durations:
+                out.durations.append(durations)
             if key[1] != 0:
+                out.later_trials[key] = (rec.get("outcome"), rec.get("answer"))
                 continue
             fused, reranked = rec.get("fused") or [], rec.get("reranked")
             ranked = reranked if reranked is not None else fused
@@ -187,7 +201,12 @@ def load_run_traces(rec, traces_dir: str | Path | None = None) -> tuple[RunTrace
 
 def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
                       comparisons: list[Comparison] = (), gate=None, oracle_ladder: dict | None = None,
-                      traces_dir: str | Path | None = None, title: str = "ragassay report") -> dict:
+                      traces_dir: str | Path | None = None, title: str = "ragassay report",
+                      analyses: bool = True, analysis_resamples: int = REPORT_RESAMPLES,
+                      sections: dict | None = None) -> dict:
+    """The report's data (docs/report.md). ``analyses`` adds the analysis sections (:func:`analysis_sections`,
+    with ``analysis_resamples`` bootstrap resamples); ``sections`` are analysis sections the caller already
+    computed (``decomposition``, ``attribution``, ...), used as given."""
     recs = [store.get_run(r) for r in run_ids]
     names = [r.name for r in recs]
     results = {r.run_id: store.results(r.run_id) for r in recs}
@@ -254,8 +273,13 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
     data["abstention"] = [_abstention(r, by_run[r.run_id], results[r.run_id]) for r in recs
                           if "abstention_recall" in by_run[r.run_id]]
     data["latency"] = [{"run": r.name, "values_ms": _latencies(results[r.run_id])} for r in recs]
+    given = dict(sections or {})
     if oracle_ladder:
-        data["oracle_ladder"] = oracle_ladder
+        given["oracle_ladder"] = oracle_ladder
+    if analyses:
+        data.update(analysis_sections(store, recs, golden, traces, comparisons, n_resamples=analysis_resamples,
+                                      skip=given.keys()))
+    data.update(given)
     if gate is not None:
         data["gate"] = {"verdict": gate.verdict, "baseline": gate.comparison.run_a.name,
                         "candidate": gate.comparison.run_b.name,
@@ -489,3 +513,113 @@ def write_queries_parquet(store, run_ids: list[str], path: str | Path) -> Path:
         writer.close()
     atomic_write_bytes(Path(path), buf.getvalue())
     return Path(path)
+
+
+# ---------------------------------------------------------------------------------------------- analyses
+
+
+def analysis_sections(store, recs, golden: GoldenSet, traces: dict, comparisons=(), *,
+                      n_resamples: int = REPORT_RESAMPLES, seed: int = 0, skip=()) -> dict:
+    """The data of the analysis sections for runs ``recs`` (JSON-serializable; a key is absent when its
+    analysis does not apply): ``decomposition`` (each run's A = h*c1 + (1-h)*c0 and each run's change from the
+    first, split into delivery and use), ``oracle_ladder`` (only when a run is an oracle-context run),
+    ``slices`` (one per comparison), ``latency_stages`` (runs whose traces carry stage durations) and
+    ``consistency`` (runs with several trials). ``traces`` maps run_id to :class:`RunTraces` or None;
+    ``skip`` names sections the caller already has (the demo computes the decomposition for the terminal)."""
+    out: dict = {"analysis_resamples": n_resamples}
+    if not {"decomposition", "oracle_ladder"} <= set(skip):
+        dec = _decomposition(store, recs, n_resamples, seed, ladder="oracle_ladder" not in skip)
+        if dec is not None:
+            ladder = dec.pop("ladder", None)
+            if "decomposition" not in skip:
+                out["decomposition"] = dec
+            if ladder is not None:
+                out["oracle_ladder"] = ladder
+    builders = {"slices": lambda: _slices(store, comparisons, golden, n_resamples, seed),
+                "latency_stages": lambda: _stage_latency(recs, traces),
+                "consistency": lambda: _consistency(store, recs, traces)}
+    for key, build in builders.items():
+        if key not in skip and (value := build()):
+            out[key] = value
+    return out
+
+
+def _decomposition(store, recs, n_resamples: int, seed: int, *, ladder: bool = True) -> dict | None:
+    from ragassay.analysis.decomposition import (
+        DEFAULT_CORRECT,
+        DELIVERY_METRIC,
+        CorrectRule,
+        decomposition_between,
+        decomposition_of_run,
+        oracle_ladder,
+    )
+
+    need = {CorrectRule.parse(DEFAULT_CORRECT).metric, DELIVERY_METRIC}
+    have = {r.run_id: set(store.metrics(r.run_id)) for r in recs}
+    ok = [r for r in recs if need <= have[r.run_id]]
+    if not ok:
+        return None
+    kw = {"n_resamples": n_resamples, "seed": seed}
+    base = ok[0]
+    out = {"kind": "decomposition", "n_resamples": n_resamples,
+           "skipped": [{"run": r.name, "reason": f"no {' or '.join(sorted(need - have[r.run_id]))} rows"}
+                       for r in recs if not need <= have[r.run_id]],
+           # per run overall only (per stratum is `ragassay analyze decomposition RUN`): each stratum costs
+           # two bootstraps, and the page's per-stratum view is the change between runs
+           "runs": [decomposition_of_run(store, r.run_id, by_stratum=False, **kw) for r in ok],
+           "changes": [decomposition_between(store, base.run_id, r.run_id, **kw) for r in ok[1:]]}
+    # The ladder's verdict needs an oracle-context rung; without one it could only say "undetermined".
+    if ladder and any((r.config or {}).get("oracle") for r in ok) and len(ok) > 1:
+        out["ladder"] = oracle_ladder(store, [r.run_id for r in ok], **kw)
+    return out
+
+
+def _slices(store, comparisons, golden: GoldenSet, n_resamples: int, seed: int) -> list[dict]:
+    from ragassay.analysis.slicing import slice_analysis
+
+    out = []
+    for c in comparisons:
+        shared = set(store.metrics(c.run_a.run_id)) & set(store.metrics(c.run_b.run_id))
+        metric = next((m for m in ("answer_f1", FOREST_METRIC) if m in shared), None)
+        if metric is not None:
+            out.append(slice_analysis(store, c.run_a.run_id, c.run_b.run_id, metric=metric, by=("stratum",),
+                                      golden=golden, n_resamples=n_resamples, seed=seed))
+    return out
+
+
+def _stage_latency(recs, traces: dict) -> list[dict]:
+    from types import SimpleNamespace
+
+    from ragassay.analysis.latency import latency_report_section
+
+    out = []
+    for r in recs:
+        tr = traces.get(r.run_id)
+        if tr is None or not any("total" in d for d in tr.durations) \
+                or not any(len(d) > ("total" in d) for d in tr.durations):
+            continue  # a per-stage split needs both the stages and each request's own total
+        section = latency_report_section([SimpleNamespace(durations_ms=d) for d in tr.durations],
+                                         latency_source="traces")
+        out.append({"run": r.name, **section})
+    return out
+
+
+def _consistency(store, recs, traces: dict) -> list[dict]:
+    from types import SimpleNamespace
+
+    from ragassay.analysis.consistency import consistency_report_section
+    from ragassay.analysis.decomposition import DEFAULT_CORRECT, CorrectRule
+
+    metric = CorrectRule.parse(DEFAULT_CORRECT).metric
+    out = []
+    for r in recs:
+        if (r.trials or 1) < 2 or metric not in store.metrics(r.run_id):
+            continue
+        tr = traces.get(r.run_id)
+        answers = None
+        if tr is not None:
+            # the answers the report already read (trial 0 shown, later trials kept aside), not a second read
+            answers = {(q, 0): SimpleNamespace(outcome=o, answer=a) for q, (o, a, _) in tr.shown.items()}
+            answers.update({k: SimpleNamespace(outcome=o, answer=a) for k, (o, a) in tr.later_trials.items()})
+        out.append(consistency_report_section(store, r.run_id, traces=answers))
+    return out

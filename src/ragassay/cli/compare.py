@@ -17,6 +17,8 @@ from ragassay.errors import InputError
 from ragassay.store import Store
 
 STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")
+# The delivery/use split is a second look at one figure; 2,000 resamples bound its cost beside the main table.
+DECOMPOSITION_RESAMPLES = 2_000
 
 
 def _f(x, signed: bool = False) -> str:
@@ -109,10 +111,51 @@ def compare(
     with Store.open(store, read_only=True) as st:
         comp = compare_runs(st, run_a, run_b, metrics=metric or None, min_effect=effect,
                             n_resamples=resamples, seed=seed, rebaseline=rebaseline, strata=not overall_only)
+        split, skipped = decomposition_for(st, comp, seed=seed)
     if json_out:
-        print_json(comp.to_dict())
+        print_json({**comp.to_dict(), "decomposition": split, "decomposition_skipped": skipped})
         return
     print_comparison(comp)
+    print_decomposition(split, skipped)
+
+
+def decomposition_for(st, comp, *, seed: int = 0) -> tuple[dict | None, str | None]:
+    """The change in share correct split into delivery and use (``decomposition_between``), or why not:
+    both runs need the correctness metric and ``recall@context``."""
+    from ragassay.analysis.decomposition import (
+        DEFAULT_CORRECT,
+        DELIVERY_METRIC,
+        CorrectRule,
+        decomposition_between,
+    )
+
+    need = {CorrectRule.parse(DEFAULT_CORRECT).metric, DELIVERY_METRIC}
+    for run in (comp.run_a, comp.run_b):
+        missing = sorted(need - set(st.metrics(run.run_id)))
+        if missing:
+            return None, f"run {run.name} has no {' or '.join(missing)} rows"
+    return decomposition_between(st, comp.run_a.run_id, comp.run_b.run_id, by_stratum=False,
+                                 n_resamples=DECOMPOSITION_RESAMPLES, seed=seed), None
+
+
+def _est(s: dict, signed: bool = True) -> str:
+    if not s.get("defined"):
+        return f"undefined (n={s.get('n', 0)})"
+    return f"{_f(s['value'], signed)} [{_f(s['ci_low'], signed)}, {_f(s['ci_high'], signed)}]"
+
+
+def print_decomposition(split: dict | None, skipped: str | None) -> None:
+    if split is None:
+        console.print(Text("delivery/use split skipped: ", style="dim") + Text(f"{skipped}"))
+        return
+    row = next(r for r in split["rows"] if r["stratum"] == "all")
+    ch, a, b = row["change"], row["a"], row["b"]
+    console.print(Text(f"share correct ({split['correct_rule']}; evidence delivered = {split['delivery_rule']}; "
+                       f"{split['n_resamples']:,} resamples, n={ch['n']}): ΔA {_est(ch['delta_A'])} = delivery "
+                       f"{_est(ch['delivery'])} + use {_est(ch['use'])}"))
+    console.print(Text("  " + ", ".join(f"{k} {_f(a[k]['value'])} → {_f(b[k]['value'])}"
+                                        .replace("—", "undefined") for k in ("h", "c1", "c0"))
+                       + "  (delivery: more or less evidence reached the generator; use: what it did with it)"))
 
 
 def gate(

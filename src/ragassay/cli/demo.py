@@ -77,6 +77,45 @@ def _top_claims(comp, limit: int = 3) -> list[str]:
     return [comp.claim(r) for r in rows[:limit]]
 
 
+def _est(s: dict, signed: bool = True) -> str:
+    """An estimate with its interval; undefined (an empty hit or miss cell) is said, never printed as 0."""
+    if not s.get("defined"):
+        return "undefined"
+    f = "{:+.3f}" if signed else "{:.3f}"
+    return f"{f.format(s['value'])} [{f.format(s['ci_low'])}, {f.format(s['ci_high'])}]"
+
+
+def _decomposition_table(dec: dict, ladder: dict) -> Table:
+    t = Table(title=f"evidence delivery and use: A = h·c1 + (1−h)·c0; h = share delivered "
+                    f"({dec['runs'][0]['delivery_rule']}), c1/c0 = share correct ({dec['runs'][0]['correct_rule']}) "
+                    f"when delivered / not; {dec['n_resamples']:,} resamples"
+              if dec["runs"] else "evidence delivery and use", show_edge=False)
+    for c in ("configuration", "n", "A", "h", "c1", "c0"):
+        t.add_column(c, justify="left" if c == "configuration" else "right")
+    oracle = {r["name"] for r in ladder.get("rungs", []) if r["oracle"]}
+    for r in dec["runs"]:
+        row = next(x for x in r["rows"] if x["stratum"] == "all")
+        name = r["run"]["name"] + (" (oracle)" if r["run"]["name"] in oracle else "")
+        t.add_row(*(Text(x) for x in (name, str(row["n"]), *(_est(row[k], False) for k in ("A", "h", "c1", "c0")))))
+    return t
+
+
+def _attribution_table(att: dict) -> Table:
+    t = Table(title=f"leave-one-out on {len(att['top_queries'])} queries: {att['metric']} lost when the item is "
+                    f"removed (items that are not relevant and change nothing are left out here; all are in the "
+                    f"report)", show_edge=False)
+    for c in ("query", "full", "item", "relevant", "Δ"):
+        t.add_column(c, justify="right" if c in ("full", "Δ") else "left")
+    for q in att["top_queries"]:
+        shown = [it for it in q["items"] if it["relevant"] or it["loo_delta"] is None or round(it["loo_delta"], 3)]
+        for i, it in enumerate(shown):
+            rel = "—" if it["relevant"] is None else ("yes" if it["relevant"] else "no")
+            delta = "undefined" if it["loo_delta"] is None else f"{it['loo_delta'] + 0.0:+.3f}"
+            t.add_row(*(Text(x) for x in (q["query_id"] if i == 0 else "", _f(q["baseline"]) if i == 0 else "",
+                                          f"{it['doc_id']} [{it['start']}:{it['end']}]", rel, delta)))
+    return t
+
+
 def demo(
     out: Path = typer.Option(Path("ragassay-demo"), "-o", "--out", help="Where to write the demo's outputs."),
     resamples: int = typer.Option(10_000, "--resamples", min=100, help="Bootstrap resamples per comparison."),
@@ -98,7 +137,8 @@ def demo(
     if json_out:
         print_json({"out": str(res.out), "run_ids": res.run_ids, "summaries": res.summaries,
                     "comparisons": [c.to_dict() for c in res.comparisons], "gate": res.gate.to_dict(),
-                    "oracle_ladder": res.ladder, "report": str(res.report) if res.report else None,
+                    "oracle_ladder": res.ladder, "decomposition": res.decomposition,
+                    "attribution": res.attribution, "report": str(res.report) if res.report else None,
                     "timings_s": res.timings})
         return
     corpus = res.corpus
@@ -113,8 +153,15 @@ def demo(
                       f"--store {esc(res.out / 'ragassay.duckdb')})")
         for claim in _top_claims(comp):
             console.print("• " + claim, markup=False)
+    console.print(_decomposition_table(res.decomposition, res.ladder))
+    for ch in res.decomposition["changes"]:
+        row = next(r for r in ch["rows"] if r["stratum"] == "all")["change"]
+        console.print(Text(f"{ch['run_b']['name']} vs {ch['run_a']['name']}: ΔA {_est(row['delta_A'])} = delivery "
+                           f"{_est(row['delivery'])} + use {_est(row['use'])}"))
     console.print("\n[bold]oracle ladder[/] (spec §8.4): ", end="")
     console.print(res.ladder["diagnosis"], markup=False)
+    if res.attribution:
+        console.print(_attribution_table(res.attribution))
     console.print()
     print_gate(res.gate)
     console.print(f"\nstore {esc(res.out / 'ragassay.duckdb')}; traces {esc(res.out / 'traces')}")

@@ -41,11 +41,18 @@ def report(
     golden: Path = typer.Option(None, "--golden", help="Golden set the runs were scored on (default: bundled)."),
     traces_dir: Path = typer.Option(None, "--traces-dir", help="Where the runs' traces are (default: recorded)."),
     resamples: int = typer.Option(10_000, "--resamples", help="Bootstrap resamples (100 to 1,000,000)."),
+    analysis_resamples: int = typer.Option(
+        2_000, "--analysis-resamples", min=100,
+        help="Bootstrap resamples for the analysis sections (decomposition, ladder, slices); stated on the page."),
+    analyses: bool = typer.Option(True, "--analyses/--no-analyses",
+                                  help="Add the analysis sections (delivery/use, oracle ladder, slices, stage "
+                                       "latency, consistency)."),
     rebaseline: bool = typer.Option(False, "--rebaseline", help="Compare runs despite differing pins."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Pins and manifest, stage and stratum tables, forest plot of paired deltas, recall-at-depth curves,
-    rerank movement, abstention vs over-refusal, latency, and a sortable per-query table — no network.
+    rerank movement, abstention vs over-refusal, latency, the analysis sections (evidence delivery and use,
+    oracle ladder, slices, stage latency, consistency over trials) and a sortable per-query table — no network.
 
     The golden set and corpus must be the ones the runs were scored on (checked against the runs' pins)."""
     from ragassay.analysis.compare import compare_runs
@@ -63,7 +70,8 @@ def report(
         comparisons = [compare_runs(st, recs[0].run_id, r.run_id, n_resamples=resamples, rebaseline=rebaseline)
                        for r in recs[1:]]
         data = build_report_data(st, [r.run_id for r in recs], gs, corp, comparisons=comparisons,
-                                 traces_dir=traces_dir, title=f"ragassay report: {', '.join(r.name for r in recs)}")
+                                 traces_dir=traces_dir, title=f"ragassay report: {', '.join(r.name for r in recs)}",
+                                 analyses=analyses, analysis_resamples=analysis_resamples)
         # The page first: a folder holding only a Parquet file would not be recognised as a report next time.
         data["parquet"] = PARQUET_NAME
         path = render_report(data, out)

@@ -24,7 +24,7 @@ from markupsafe import Markup
 
 from ragassay import fsio
 from ragassay.errors import SchemaError
-from ragassay.report import fmt, svg
+from ragassay.report import analyses, fmt, svg
 
 PIN_ORDER = (
     "dataset_version",
@@ -193,6 +193,15 @@ def build_context(data: Mapping) -> dict:
         "latency": _latency_view(data["latency"], colors) if "latency" in data else None,
         "oracle": _oracle_view(data["oracle_ladder"]) if "oracle_ladder" in data else None,
         "gate": _gate_view(data["gate"]) if "gate" in data else None,
+        "decomposition": analyses.decomposition_view(data["decomposition"], data.get("analysis_resamples"))
+        if "decomposition" in data else None,
+        "slices": analyses.slices_view(data["slices"]) if "slices" in data else None,
+        "latency_stages": analyses.latency_stages_view(data["latency_stages"]) if "latency_stages" in data else None,
+        "consistency": analyses.consistency_view(data["consistency"]) if "consistency" in data else None,
+        "attribution": analyses.attribution_view(data["attribution"]) if "attribution" in data else None,
+        "ablation": analyses.ablation_view(data["ablation"]) if "ablation" in data else None,
+        "analysis_resamples": fmt.num(data["analysis_resamples"]) if fmt.is_number(data.get("analysis_resamples"))
+        else None,
         "warnings": [str(w) for w in _list(data.get("warnings", []), "warnings")],
         "traces_unavailable": [
             {"run": str(u.get("run", "")), "reason": str(u.get("reason", ""))}
@@ -223,6 +232,12 @@ def build_context(data: Mapping) -> dict:
             ("abstention", "Abstention", "abstention"),
             ("latency", "Latency", "latency"),
             ("oracle", "Oracle ladder", "oracle"),
+            ("decomposition", "Delivery and use", "decomposition"),
+            ("slices", "Slices", "slices"),
+            ("latency-stages", "Stage latency", "latency_stages"),
+            ("consistency", "Consistency", "consistency"),
+            ("attribution", "Attribution", "attribution"),
+            ("ablation", "Ablation", "ablation"),
             ("runs", "Runs & pins", "runs"),
             ("manifest", "Golden set", "manifest"),
             ("worst", "Worst regressions", "worst"),
@@ -554,6 +569,8 @@ def _latency_view(rows: object, colors: dict[str, str]) -> dict | None:
 
 def _oracle_view(o: object) -> dict:
     o = _mapping(o, "oracle_ladder")
+    if "rungs" in o:
+        return analyses.ladder_view(o)
     rows = [
         _mapping(r, f"oracle_ladder.rows[{i}]")
         for i, r in enumerate(_list(o.get("rows", []), "oracle_ladder.rows"))
@@ -563,7 +580,7 @@ def _oracle_view(o: object) -> dict:
         cols += [str(k) for k in r if k != "config" and str(k) not in cols]
     body = [{"config": str(r.get("config", "")), "cells": [_cell(r.get(c)) for c in cols]} for r in rows]
     diag = o.get("diagnosis")
-    return {"columns": cols, "rows": body, "diagnosis": str(diag) if diag is not None else None}
+    return {"stats": False, "columns": cols, "rows": body, "diagnosis": str(diag) if diag is not None else None}
 
 
 def _gate_view(g: object) -> dict:
