@@ -10,6 +10,9 @@ Benjamini-Hochberg adjusted p (across the whole table) is below 1 - confidence. 
 pin (:data:`PINS`); runs whose pins differ are refused unless rebaselined. ``final_k`` is pinned per metric:
 the ``@final_k`` metrics and the rerank indicators of runs with different final_k measure different depths,
 so they are refused (never renamed), while every other metric is still compared.
+
+A metric scored by a judge is marked ``unvalidated`` (in ``judge_validation`` and in its claim sentence) when
+that judge has no validation record for the same pins meeting the floor (docs/judge-validation.md).
 """
 
 from __future__ import annotations
@@ -77,11 +80,18 @@ class Comparison:
     settings: dict = field(default_factory=dict)
     excluded: list[tuple[str, str]] = field(default_factory=list)  # (metric, why it was not compared)
     delivered_tokens: tuple[float | None, float | None] = (None, None)
+    # one entry per compared judge metric: {metric, status: validated | unvalidated, reasons}
+    judge_validation: list[dict] = field(default_factory=list)
 
     def claim(self, row: CompareRow) -> str:
-        """The claim sentence for one row, with the pins and tokens this comparison measured."""
-        return claim_sentence(row, self.run_a, self.run_b, self.config_diff, self.settings.get("confidence", 0.95),
+        """The claim sentence for one row, with the pins and tokens this comparison measured; a claim resting
+        on an unvalidated judge says so."""
+        text = claim_sentence(row, self.run_a, self.run_b, self.config_diff, self.settings.get("confidence", 0.95),
                               pins=self.pin_differences, tokens=self.delivered_tokens)
+        st = next((s for s in self.judge_validation if s["metric"] == row.metric), None)
+        if st is not None and st["status"] == "unvalidated":
+            text += f" [rests on an unvalidated judge: {'; '.join(st['reasons'])}]"
+        return text
 
     def overall(self, metric: str) -> CompareRow | None:
         for r in self.rows:
@@ -99,6 +109,7 @@ class Comparison:
             "delivered_tokens": {"a": self.delivered_tokens[0], "b": self.delivered_tokens[1]},
             "config_diff": [{"key": k, "a": a, "b": b} for k, a, b in self.config_diff],
             "claims": self.claims,
+            "judge_validation": self.judge_validation,
             "rows": [r.to_dict() for r in self.rows],
         }
 
@@ -340,7 +351,7 @@ def delivered_tokens(store, run_id: str) -> float | None:
 
 def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFAULT_MIN_EFFECT,
                  n_resamples: int = 10_000, seed: int = 0, confidence: float = 0.95, rebaseline: bool = False,
-                 strata: bool = True) -> Comparison:
+                 strata: bool = True, judge_floor=None) -> Comparison:
     """Compare stored runs A (baseline) and B (candidate); refuses differing pins unless ``rebaseline``.
 
     Metrics measured at final_k are refused when the runs' final_k differ: asked for explicitly, that is an
@@ -396,9 +407,29 @@ def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFA
                 "credible": "CI excludes 0 and BH-adjusted p < 1 - confidence"}
     comp = Comparison(ra, rb, rows, diff, [], pins, settings, excluded,
                       (delivered_tokens(store, ra.run_id), delivered_tokens(store, rb.run_id)))
-    headline = [r for r in rows if r.stratum == "all" and r.metric in HEADLINE_METRICS and r.defined]
+    comp.judge_validation = judge_validation(store, (ra, rb), wanted, judge_floor)
+    judged = {s["metric"] for s in comp.judge_validation}
+    headline = [r for r in rows if r.stratum == "all" and (r.metric in HEADLINE_METRICS or r.metric in judged)
+                and r.defined]
     comp.claims = [comp.claim(r) for r in headline]
     return comp
+
+
+def judge_validation(store, runs, metrics, floor=None) -> list[dict]:
+    """Validation status of every judge metric among ``metrics``: ``validated`` only when each run that a
+    judge scored has a validation record for its judge's pins meeting ``floor`` (default kappa >= 0.6, no
+    class recall below 0.5)."""
+    from ragassay.judges.validate import Floor, judge_status
+
+    floor = floor or Floor()
+    out = []
+    for m in metrics:
+        found = [s for s in (judge_status(store, rec, m, floor) for rec in runs) if s is not None]
+        if found:
+            bad = [why for st, why in found if st == "unvalidated"]
+            out.append({"metric": m, "status": "unvalidated" if bad else "validated",
+                        "reasons": bad or [why for _, why in found]})
+    return out
 
 
 def _metric_names(store, run_id: str) -> list[str]:

@@ -13,6 +13,11 @@ beside the verdict:
   the n that would (:func:`ragassay.stats.n_for_mde`);
 - PASS otherwise (no credible regression, and enough power to have seen one).
 
+A metric scored by a judge (faithfulness, citation precision/recall, ...) decides nothing unless that judge has
+a validation record for the same pins (model, rubric sha, prompt sha) meeting the policy's ``judge`` floor
+(default kappa >= 0.6 and no class recall below 0.5; docs/judge-validation.md): otherwise its check is WARN with
+status ``unvalidated`` — it can neither PASS nor FAIL the build.
+
 Hard checks fail regardless of statistics: trace schema failures, retrieved units that failed validation
 against the corpus (either run), invalid citations, cost per query over budget, p95 latency over the SLO,
 judged fraction under a floor. A figure a run does not record is a WARN ("unknown"), never a PASS. The
@@ -56,6 +61,12 @@ class HardPolicy(BaseModel):
     min_judged_fraction: float | None = Field(default=None, ge=0, le=1)
 
 
+class JudgeFloorPolicy(BaseModel):
+    model_config = _STRICT
+    min_kappa: float = Field(default=0.6, ge=-1, le=1)
+    min_class_recall: float = Field(default=0.5, ge=0, le=1)
+
+
 class GatePolicy(BaseModel):
     model_config = _STRICT
     confidence: float = Field(default=0.95, gt=0, lt=1)
@@ -66,6 +77,7 @@ class GatePolicy(BaseModel):
         "ndcg@final_k": MetricPolicy(min_effect=0.03),
     }, min_length=1)
     hard: HardPolicy = Field(default_factory=HardPolicy)
+    judge: JudgeFloorPolicy = Field(default_factory=JudgeFloorPolicy)
 
     @field_validator("metrics")
     @classmethod
@@ -141,6 +153,7 @@ class Check:
     detail: str
     value: float | None = None
     threshold: float | None = None
+    status: str | None = None  # "unvalidated" for a judge metric whose judge has not met the floor
 
     def to_dict(self) -> dict:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.__dict__.items()}
@@ -320,15 +333,25 @@ def _first_metric_rows(cols: dict) -> list[int]:
 
 def run_gate(store, base: str, cand: str, policy: GatePolicy, *, rebaseline: bool = False) -> GateResult:
     metrics = list(policy.metrics)
+    from ragassay.judges.validate import Floor
+
     comp = compare_runs(store, base, cand, metrics=metrics, n_resamples=policy.n_resamples, seed=policy.seed,
                         confidence=policy.confidence, rebaseline=rebaseline, strata=False,
-                        min_effect={m: p.min_effect for m, p in policy.metrics.items()})
+                        min_effect={m: p.min_effect for m, p in policy.metrics.items()},
+                        judge_floor=Floor(policy.judge.min_kappa, policy.judge.min_class_recall))
     checks = []
+    status = {s["metric"]: s for s in comp.judge_validation}
     for m, pol in policy.metrics.items():
         row = comp.overall(m)
-        checks.append(statistical_check(m, row.delta, row.ci_low, row.ci_high, pol.min_effect, row.defined,
-                                        policy.confidence, p_adj=row.p_adj, mde=row.mde, n=row.n,
-                                        sigma_d=row.sigma_d))
+        check = statistical_check(m, row.delta, row.ci_low, row.ci_high, pol.min_effect, row.defined,
+                                  policy.confidence, p_adj=row.p_adj, mde=row.mde, n=row.n, sigma_d=row.sigma_d)
+        if m in status and status[m]["status"] == "unvalidated":
+            # An unmeasured classifier decides nothing: report what the data say, but never PASS or FAIL on it.
+            check = Check(m, "statistical", "WARN", f"unvalidated judge, cannot pass or fail: "
+                          f"{'; '.join(status[m]['reasons'])}; validate it with `ragassay judge validate` "
+                          f"(would have been {check.verdict}: {check.detail})", check.value, check.threshold,
+                          status="unvalidated")
+        checks.append(check)
     checks += hard_checks(policy.hard, comp.run_b, store.results(comp.run_b.run_id), baseline=comp.run_a)
     verdict = max((c.verdict for c in checks), key=ORDER.__getitem__, default="PASS")
     notes = [f"rebaselined: {k} {a} (A) vs {b} (B)" for k, a, b in comp.pin_differences]

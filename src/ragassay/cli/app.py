@@ -52,8 +52,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                              "truncation, drift probe."),
     "index-eval": ("index", "ANN index report card: recall vs efSearch/nprobe, latency, memory, filtered recall, "
                             "churn, quantization Pareto table."),
-    "judge": ("judge", "Judge a stored run's answers with an LLM or local judge, store the judge metrics and "
-                       "print the cost line."),
+    "judge": ("judge", "Judge a stored run's answers with an LLM or local judge (score), validate a judge "
+                       "against human labels, rebaseline a judge change."),
     "analyze": ("analyze", "System analyses: evidence-delivery decomposition, oracle ladder, slices and cases, "
                            "ablations, latency, consistency, attribution, attacks, hygiene."),
 }

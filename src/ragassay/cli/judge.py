@@ -1,4 +1,6 @@
-"""`ragassay judge`: score a stored run's answers with a judge and store the judge metrics."""
+"""`ragassay judge`: score a stored run's answers with a judge (`judge score`, also `judge RUN`), validate a
+judge against human labels (`judge validate`), and measure a judge change on archived answers
+(`judge rebaseline`)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,27 @@ from pathlib import Path
 import typer
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperGroup
 
 from ragassay.cli.common import console, esc, print_json
 from ragassay.errors import InputError
 
 STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")
+
+
+class _ScoreByDefault(TyperGroup):
+    """`ragassay judge RUN ...` keeps meaning `ragassay judge score RUN ...`: anything that is not a
+    subcommand (or the group's own --help) goes to `score`."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["score", *args]
+        return super().parse_args(ctx, args)
+
+
+judge_app = typer.Typer(cls=_ScoreByDefault, no_args_is_help=True,
+                        help="Judge a stored run's answers (score, the default), validate a judge against human "
+                             "labels, or measure a judge change on archived answers (rebaseline).")
 
 
 def _traces_path(rec, given: Path | None) -> Path:
@@ -83,5 +101,221 @@ def judge(
         console.print(Text(summary.cost.text()), soft_wrap=True)
 
 
+judge_app.command("score")(judge)
+
+
+def _fmt(s: dict | None, signed: bool = False) -> str:
+    if not s or not s.get("defined") or s.get("value") is None:
+        return "undefined"
+    f = "{:+.3f}" if signed else "{:.3f}"
+    lo = "—" if s["ci_low"] is None else f.format(s["ci_low"])
+    hi = "—" if s["ci_high"] is None else f.format(s["ci_high"])
+    return f"{f.format(s['value'])} [{lo}, {hi}]"
+
+
+def _labels_path(given: Path | None) -> Path:
+    if given is not None:
+        return given
+    from ragassay.judges.labels import bundled_labels
+
+    found = bundled_labels()
+    if found is None:
+        raise InputError("no --labels given and this ragassay ships no bundled calibration labels; pass a "
+                         "labels.jsonl (see docs/judge-validation.md)")
+    return found
+
+
+@judge_app.command("validate")
+def validate(
+    judge_config: Path = typer.Option(..., "--judge", help="Judge config YAML (for a cascade: the tier-2 judge)."),
+    labels: Path = typer.Option(None, "--labels", help="Human labels JSONL (default: the bundled calibration "
+                                                       "set)."),
+    store: Path = STORE_OPT,
+    tier1: Path = typer.Option(None, "--tier1", help="Validate a cascade: this judge config (a local judge with "
+                                                     "a score) as tier 1, --judge inside its band."),
+    scale: str = typer.Option("binary", "--scale", help="binary (supported vs not) or ordinal (unsupported < "
+                                                        "partially supported < supported, weighted kappa)."),
+    judge_family: str = typer.Option(None, "--judge-family", help="The judge's model family, for the "
+                                                                   "self-preference check."),
+    max_false_pass: float = typer.Option(0.02, "--max-false-pass", help="Band budget: share of bad items "
+                                                                          "allowed to auto-pass."),
+    max_false_fail: float = typer.Option(0.02, "--max-false-fail", help="Band budget: share of good items "
+                                                                          "allowed to auto-fail."),
+    resamples: int = typer.Option(2_000, "--resamples", help="Bootstrap resamples."),
+    seed: int = typer.Option(0, "--seed"),
+    confidence: float = typer.Option(0.95, "--confidence"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Validate a judge against human labels like a classifier: kappa and agreement, per-class
+    precision/recall/F1, confusion matrix, label distributions, verbosity and self-preference probes,
+    calibration (ECE, Brier, isotonic, band) for judges with a score; store the validation record."""
+    from ragassay.judges.config import load_judge_config
+    from ragassay.judges.labels import load_labels
+    from ragassay.judges.validate import SCALES, Floor, run_judge, validate_judgements, validation_record
+    from ragassay.store import Store
+
+    if scale not in SCALES:
+        raise InputError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
+    if not 100 <= resamples <= 1_000_000:
+        raise InputError(f"--resamples must be between 100 and 1,000,000, got {resamples}")
+    if not 0 < confidence < 1:
+        raise InputError(f"--confidence must be in (0, 1), got {confidence}")
+    for name, v in (("--max-false-pass", max_false_pass), ("--max-false-fail", max_false_fail)):
+        if not 0 <= v < 1:
+            raise InputError(f"{name} must be in [0, 1), got {v}")
+    cfg = load_judge_config(judge_config)
+    cfg1 = load_judge_config(tier1) if tier1 is not None else None
+    if cfg1 is not None and cfg1.provider != "local":
+        raise InputError(f"{tier1}: tier 1 of a cascade must be a local judge (it needs a score to route by)")
+    label_set = load_labels(_labels_path(labels))
+    opts = {"n_resamples": resamples, "seed": seed, "confidence": confidence}
+    with Store.open(store) as st:
+        judged, calls = run_judge(cfg, label_set.items, st)
+        if calls["stopped"]:
+            from ragassay.judges.providers import JudgeStopped
+
+            raise JudgeStopped(f"judge run stopped: {calls['stopped']}; finished calls are stored: rerun (with a "
+                               "higher spend_cap) to pay only for the rest. No validation was recorded")
+        figures = validate_judgements(label_set.items, judged, scale=scale, judge_family=judge_family,
+                                      max_false_pass=max_false_pass, max_false_fail=max_false_fail, **opts)
+        cascade = None
+        if cfg1 is not None:
+            from ragassay.judges.cascade import cascade_figures
+
+            judged1, _ = run_judge(cfg1, label_set.items, st)
+            cascade = cascade_figures(label_set.items, judged1, judged, max_false_pass=max_false_pass,
+                                      max_false_fail=max_false_fail, **opts)
+            cascade["tier1"] = cfg1.pins()["judge_model"]
+        record = validation_record(cfg.pins(), label_set, figures, calls=calls, cascade=cascade)
+        record["validation_id"] = st.record_judge_validation(record)
+    ok, why = Floor().check(record)
+    record["meets_default_floor"] = ok
+    record["floor_detail"] = why
+    if json_out:
+        print_json(record)
+        return
+    _print_validation(record, label_set, str(judge_config))
+
+
+def _print_validation(record: dict, label_set, judge_path: str) -> None:
+    f = record["figures"]
+    console.print(Text(f"validated {record['judge_model']} ({judge_path}) on {label_set.path} "
+                       f"(version {record['label_set_version'][:12]}): {f['n']} of {f['n_items']} items compared, "
+                       f"scale {f['scale']}; validation {record['validation_id']}"))
+    if f["excluded"]:
+        console.print(Text("left out: " + ", ".join(f"{k} {v}" for k, v in f["excluded"].items())))
+    if record.get("passes_kappa") is not None:
+        console.print(Text(f"human passes: kappa {record['passes_kappa']:.3f} between the two annotation passes"))
+    console.print(Text(f"kappa {_fmt(f['kappa'])}{' (linear weights)' if f.get('kappa_weights') else ''}, "
+                       f"agreement {_fmt(f['agreement'])}"))
+    table = Table("class", "human", "judge", "precision", "recall", "F1")
+    for c in f["per_class"]:
+        table.add_row(Text(c["label"]), str(c["support"]), str(c["predicted"]), _fmt(c["precision"]),
+                      _fmt(c["recall"]), _fmt(c["f1"]))
+    console.print(table)
+    conf = Table("human \\ judge", *f["classes"])
+    for lab, row in zip(f["classes"], f["confusion"], strict=True):
+        conf.add_row(Text(lab), *map(str, row))
+    console.print(conf)
+    v = f["verbosity"]
+    console.print(Text(f"verbosity slope: {_fmt(v, True)} in the judge's supported rate per 100 words, "
+                       "holding the human label fixed"))
+    sp = f["self_preference"]
+    console.print(Text("self-preference: " + (sp["undefined"] if "undefined" in sp else
+                                              f"{_fmt(sp, True)} lenience on {sp['judge_family']} answers "
+                                              f"(n {sp['n_own']}) minus the others (n {sp['n_other']})")))
+    cal = f["calibration"]
+    if "raw" in cal:
+        line = f"calibration (report split, n {cal['n_report']}): ECE {_fmt(cal['raw']['ece'])}, " \
+               f"Brier {_fmt(cal['raw']['brier'])}"
+        if "recalibrated" in cal:
+            line += f"; after isotonic (fit split, n {cal['n_fit']}): ECE {_fmt(cal['recalibrated']['ece'])}, " \
+                    f"Brier {_fmt(cal['recalibrated']['brier'])}"
+        console.print(Text(line))
+        band = cal.get("band")
+        if band:
+            rep = band.get("report") or {}
+            console.print(Text(f"band picked on the fit split: auto-pass P(bad) < {band['lo']:.3f}, auto-fail > "
+                               f"{band['hi']:.3f}; on the report split escalates "
+                               f"{rep.get('escalation_rate', math.nan):.1%}, false pass "
+                               f"{rep.get('false_pass_rate', math.nan):.1%}, false fail "
+                               f"{rep.get('false_fail_rate', math.nan):.1%}"))
+    else:
+        console.print(Text(f"calibration: {cal.get('undefined')}"))
+    c = record.get("cascade")
+    if c:
+        if "undefined" in c:
+            console.print(Text(f"cascade: undefined ({c['undefined']})"))
+        else:
+            t = c["tiers"]
+            console.print(Text(f"cascade {c['tier1']} → {record['judge_model']} (report split, n {c['n_report']}): "
+                               f"kappa {_fmt(t['cascade']['kappa'])} vs tier 1 {_fmt(t['tier1']['kappa'])}, tier 2 "
+                               f"{_fmt(t['tier2']['kappa'])}; escalated {_fmt(c['escalated'])}; cost saved "
+                               f"{_fmt(c['cost']['saved'])}; latency saved "
+                               f"{_fmt(c['latency'].get('saved'))}"))
+    verdict = "meets" if record["meets_default_floor"] else "does NOT meet"
+    console.print(Text(f"{verdict} the default gate floor (kappa ≥ 0.6, every class recall ≥ 0.5): "
+                       f"{record['floor_detail']}"))
+
+
+@judge_app.command("rebaseline")
+def rebaseline_cmd(
+    old: Path = typer.Argument(..., help="The judge config the runs were judged with."),
+    new: Path = typer.Argument(..., help="The judge config replacing it."),
+    runs: list[str] = typer.Option(..., "--runs", help="Archived runs to re-score (repeat the option)."),
+    store: Path = STORE_OPT,
+    corpus: Path = typer.Option(None, "--corpus", help="Corpus the runs used (default: bundled)."),
+    golden: Path = typer.Option(None, "--golden", help="Golden set the runs used (default: bundled)."),
+    resamples: int = typer.Option(2_000, "--resamples", help="Bootstrap resamples."),
+    seed: int = typer.Option(0, "--seed"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Re-score archived answers with the old and the new judge and publish the offset per metric (new - old)
+    with a paired bootstrap CI, so history stays comparable across a judge change. The runs are not modified."""
+    from ragassay.analysis.runner import load_inputs
+    from ragassay.judges.config import load_judge_config
+    from ragassay.judges.metrics import items_from
+    from ragassay.judges.validate import rebaseline
+    from ragassay.store import Store
+    from ragassay.trace.io import read_traces
+
+    old_cfg, new_cfg = load_judge_config(old), load_judge_config(new)
+    if not 100 <= resamples <= 1_000_000:
+        raise InputError(f"--resamples must be between 100 and 1,000,000, got {resamples}")
+    if not store.is_file():
+        raise InputError(f"{store}: no such store; pass the store that holds the runs with --store")
+    corp, gs = load_inputs(corpus, golden)
+
+    def unit_text(u) -> str:
+        if u.text is not None:
+            return u.text
+        if u.doc_id not in corp:
+            raise InputError(f"packed unit {u.unit_id} names doc {u.doc_id!r}, which is not in the corpus; pass "
+                             "the runs' corpus with --corpus")
+        return corp[u.doc_id].text[u.start:u.end]
+
+    with Store.open(store) as st:
+        loaded = []
+        for ref in runs:
+            rec = st.get_run(ref)
+            path = _traces_path(rec, None)
+            if not path.is_file():
+                raise InputError(f"{path}: the traces of run {rec.name} are not there; the answers must be "
+                                 "archived to re-score them")
+            _, recs, _ = read_traces(path)
+            loaded.append((rec, items_from(recs, gs, unit_text)))
+        out = rebaseline(st, loaded, old_cfg, new_cfg, n_resamples=resamples, seed=seed)
+    if json_out:
+        print_json(out)
+        return
+    console.print(Text(f"rebaseline {out['old']['judge_model']} → {out['new']['judge_model']} on "
+                       f"{len(out['runs'])} run(s), pairs {out['pairing']}:"))
+    table = Table("metric", "n", "old", "new", "offset (new − old) [95% CI]", "undefined old/new")
+    for m, r in out["metrics"].items():
+        table.add_row(Text(m), str(r["n"]), f"{r['mean_old']:.3f}", f"{r['mean_new']:.3f}", _fmt(r["offset"], True),
+                      f"{r['undefined_old']}/{r['undefined_new']}")
+    console.print(table)
+
+
 def register(app: typer.Typer) -> None:
-    app.command("judge")(judge)
+    app.add_typer(judge_app, name="judge")

@@ -36,6 +36,9 @@ from ragassay.store.schema import (
     JUDGE_CALLS_DDL,
     JUDGE_OUTCOMES,
     JUDGE_PAID_OUTCOMES,
+    JUDGE_VALIDATION_COLUMNS,
+    JUDGE_VALIDATION_JSON,
+    JUDGE_VALIDATIONS_DDL,
     QUERY_STATUSES,
     REQUIRED_ROW_COLUMNS,
     RESULT_COLUMNS,
@@ -140,6 +143,7 @@ class Store:
         self.read_only = read_only
         # A read-only open of a store written before judge_calls existed has no such table.
         self._judge_calls_present = True
+        self._validations_present = True
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -193,6 +197,7 @@ class Store:
             self._con.execute("BEGIN TRANSACTION")
             self._con.execute(DDL)
             self._con.execute(JUDGE_CALLS_DDL)
+            self._con.execute(JUDGE_VALIDATIONS_DDL)
             self._con.execute(
                 "INSERT INTO schema_info VALUES (?, ?, ?)", [SCHEMA_VERSION, _now(), _ragassay_version()]
             )
@@ -227,6 +232,11 @@ class Store:
                 self._judge_calls_present = False
             else:
                 self._con.execute(JUDGE_CALLS_DDL)
+        if "judge_validations" not in present:
+            if self.read_only:
+                self._validations_present = False
+            else:
+                self._con.execute(JUDGE_VALIDATIONS_DDL)
 
     def close(self) -> None:
         self._con.close()
@@ -248,8 +258,9 @@ class Store:
         self._check_writable()
         if not record.name or not isinstance(record.name, str):
             raise InputError("RunRecord.name is empty; give the run a name (e.g. the config file stem)")
-        if record.source != "pipeline" and not record.source.startswith("traces:"):
-            raise InputError(f"RunRecord.source {record.source!r} must be 'pipeline' or 'traces:<path>'")
+        if record.source != "pipeline" and not record.source.startswith(("traces:", "judge:")):
+            raise InputError(f"RunRecord.source {record.source!r} must be 'pipeline', 'traces:<path>' or "
+                             "'judge:<purpose>' (a run that only owns judge calls)")
         run_id = record.run_id or new_ulid()
         if not is_ulid(run_id):
             raise InputError(f"run_id {run_id!r} is not a ULID (26 upper-case Crockford base32 characters)")
@@ -608,6 +619,57 @@ class Store:
             [run_id],
         ).fetchall()
         return [_judge_call_dict(r) for r in rows]
+
+    # ------------------------------------------------------------------ judge validations
+    def record_judge_validation(self, record: Mapping[str, Any]) -> str:
+        """Store one judge validation (keys of ``JUDGE_VALIDATION_COLUMNS``; ``validation_id`` and
+        ``created_at`` are filled when absent) and return its id. Dict and list fields are stored as JSON."""
+        self._check_writable()
+        for key in ("judge_model", "rubric_sha", "prompt_sha", "kind", "label_set_version"):
+            if not isinstance(record.get(key), str) or not record[key]:
+                raise InputError(f"judge validation needs a non-empty {key!r}")
+        for key in ("n_items", "n"):
+            if not isinstance(record.get(key), int) or isinstance(record[key], bool) or record[key] < 0:
+                raise InputError(f"judge validation needs an integer {key!r} >= 0")
+        values = {c: record.get(c) for c in JUDGE_VALIDATION_COLUMNS}
+        values["validation_id"] = values["validation_id"] or new_ulid()
+        values["created_at"] = values["created_at"] or _now()
+        if values["figures"] is None:
+            raise InputError("judge validation needs its 'figures'")
+        for key in JUDGE_VALIDATION_JSON:
+            if values[key] is not None:
+                values[key] = json.dumps(values[key], sort_keys=True, default=str, allow_nan=False)
+        for key in ("kappa", "kappa_low", "kappa_high", "agreement", "min_class_recall", "passes_kappa"):
+            v = values[key]
+            values[key] = None if v is None or (isinstance(v, float) and v != v) else float(v)
+        cols = ", ".join(JUDGE_VALIDATION_COLUMNS)
+        marks = ", ".join("?::JSON" if c in JUDGE_VALIDATION_JSON else "?" for c in JUDGE_VALIDATION_COLUMNS)
+        self._con.execute(f"INSERT INTO judge_validations ({cols}) VALUES ({marks})",
+                          [values[c] for c in JUDGE_VALIDATION_COLUMNS])
+        return values["validation_id"]
+
+    def judge_validations(self, *, judge_model: str | None = None, rubric_sha: str | None = None,
+                          prompt_sha: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+        """Validations matching every given pin, oldest first; JSON fields parsed back."""
+        if not self._validations_present:
+            return []
+        where, params = [], []
+        for col, v in (("judge_model", judge_model), ("rubric_sha", rubric_sha), ("prompt_sha", prompt_sha),
+                       ("kind", kind)):
+            if v is not None:
+                where.append(f"{col} = ?")
+                params.append(v)
+        clause = f"WHERE {' AND '.join(where)} " if where else ""
+        rows = self._con.execute(f"SELECT {', '.join(JUDGE_VALIDATION_COLUMNS)} FROM judge_validations {clause}"
+                                 "ORDER BY created_at, validation_id", params).fetchall()
+        out = []
+        for row in rows:
+            d = dict(zip(JUDGE_VALIDATION_COLUMNS, row, strict=True))
+            for key in JUDGE_VALIDATION_JSON:
+                if d[key] is not None:
+                    d[key] = json.loads(d[key])
+            out.append(d)
+        return out
 
     # ------------------------------------------------------------------ export
     def export_parquet(self, out_dir: str | Path, run_ids: Sequence[str] | None = None) -> dict[str, Path]:

@@ -5,8 +5,9 @@ corpus digest, config sha, metric version, judge model, rubric sha, hit rule, ga
 ``runs``; ``query_status`` records which (query, trial) pairs finished, written in the same transaction as
 their result rows so that "done" implies "all rows present". ``judge_calls`` holds one row per judge call
 made (or answered from the cache) for a (run, query, trial, item), and is the judge cache: a paid call's
-``request_sha`` is never paid again. ``docs/store.md`` documents the first four tables, ``docs/judges.md``
-the judge calls.
+``request_sha`` is never paid again. ``judge_validations`` holds one row per judge validation against human
+labels. ``docs/store.md`` documents the first four tables, ``docs/judges.md`` the judge calls and
+``docs/judge-validation.md`` the validations.
 """
 
 from __future__ import annotations
@@ -145,6 +146,41 @@ JUDGE_CALL_COLUMNS = (
     "cache_hit",
     "created_at",
 )
+
+# A judge measured against human labels (docs/judge-validation.md): one row per validation, keyed by the judge
+# pins it validated, so `gate` can ask "was this judge validated, and did it meet the floor?". Added like
+# judge_calls: no version bump, created on the next writable open, absent = no validations.
+JUDGE_VALIDATIONS_DDL = """
+CREATE TABLE IF NOT EXISTS judge_validations (
+    validation_id     VARCHAR PRIMARY KEY,
+    judge_model       VARCHAR NOT NULL,
+    rubric_sha        VARCHAR NOT NULL,
+    prompt_sha        VARCHAR NOT NULL,
+    kind              VARCHAR NOT NULL,
+    metrics           JSON,
+    label_set         VARCHAR,
+    label_set_version VARCHAR NOT NULL,
+    n_items           INTEGER NOT NULL,
+    n                 INTEGER NOT NULL,
+    kappa             DOUBLE,
+    kappa_low         DOUBLE,
+    kappa_high        DOUBLE,
+    agreement         DOUBLE,
+    min_class_recall  DOUBLE,
+    passes_kappa      DOUBLE,
+    figures           JSON NOT NULL,
+    calls             JSON,
+    cascade           JSON,
+    created_at        TIMESTAMP NOT NULL
+);
+"""
+
+JUDGE_VALIDATION_COLUMNS = (
+    "validation_id", "judge_model", "rubric_sha", "prompt_sha", "kind", "metrics", "label_set",
+    "label_set_version", "n_items", "n", "kappa", "kappa_low", "kappa_high", "agreement", "min_class_recall",
+    "passes_kappa", "figures", "calls", "cascade", "created_at",
+)
+JUDGE_VALIDATION_JSON = ("metrics", "figures", "calls", "cascade")
 
 # Columns a caller supplies per result row (run_id comes from the call, `defined` is derived from value).
 ROW_SCHEMA = pa.schema(
