@@ -189,6 +189,7 @@ def validate(
         record = validation_record(cfg.pins(), label_set, figures, calls=calls, cascade=cascade)
         record["validation_id"] = st.record_judge_validation(record)
     ok, why = Floor().check(record)
+    record["created_at"] = record["created_at"].isoformat()
     record["meets_default_floor"] = ok
     record["floor_detail"] = why
     if json_out:
