@@ -9,8 +9,9 @@ One JSON object per line::
 
 ``label`` (the final, adjudicated human label) is one of ``supported``, ``partially_supported``,
 ``unsupported``, ``cannot_tell`` (spaces or hyphens for underscores are accepted). ``answer`` may stand for
-``claim``. ``label_a``/``label_b`` are the two independent annotation passes and ``adjudicated`` says the final
-label was settled after they disagreed; all three are optional. When a line carries only ``item_id`` and the
+``claim``. ``label_a``/``label_b`` (or ``label_a1``/``label_a2``) are the two independent annotation passes,
+``adjudicated`` says the final label was settled after they disagreed and ``adjudication`` is the
+adjudicator's note; all are optional. When a line carries only ``item_id`` and the
 labels, its question, context and claim are taken from ``items.jsonl`` in the same directory (the bundled
 calibration set keeps items and labels apart).
 
@@ -30,8 +31,10 @@ from ragassay.errors import InputError
 
 HUMAN_LABELS = ("supported", "partially_supported", "unsupported", "cannot_tell")
 _TEXT_FIELDS = ("question", "context", "claim")
-_OPTIONAL = ("case", "doc_id", "generator_family", "label_a", "label_b", "adjudicated", "answer")
-_KNOWN = frozenset(("item_id", "label", *_TEXT_FIELDS, *_OPTIONAL))
+_OPTIONAL = ("case", "doc_id", "generator_family", "label_a", "label_b", "adjudicated", "adjudication", "answer")
+# The bundled set names its passes after its annotators.
+_PASS_ALIASES = {"label_a1": "label_a", "label_a2": "label_b"}
+_KNOWN = frozenset(("item_id", "label", *_TEXT_FIELDS, *_OPTIONAL, *_PASS_ALIASES))
 MAX_PROBLEMS = 20
 
 
@@ -125,6 +128,11 @@ def load_labels(path: str | Path) -> LabelSet:
     for n, obj in rows:
         where = f"{p}:{n}"
         unknown = sorted(set(obj) - _KNOWN)
+        for alias, name in _PASS_ALIASES.items():
+            if alias in obj:
+                if name in obj:
+                    unknown.append(f"{alias} (with {name})")
+                obj = {**{k: v for k, v in obj.items() if k != alias}, name: obj[alias]}
         if unknown:
             problems.append(f"{where}: unknown field(s) {unknown}; allowed: {sorted(_KNOWN)}")
             continue
@@ -160,6 +168,9 @@ def load_labels(path: str | Path) -> LabelSet:
         adj = obj.get("adjudicated")
         if adj is not None and not isinstance(adj, bool):
             problems.append(f"{where}: item {iid}: adjudicated must be true or false")
+            continue
+        if obj.get("adjudication") is not None and not isinstance(obj["adjudication"], str):
+            problems.append(f"{where}: item {iid}: adjudication is the adjudicator's note (text) or null")
             continue
         opt = {}
         for k in ("case", "doc_id", "generator_family"):

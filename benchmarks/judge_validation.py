@@ -1,0 +1,31 @@
+"""Time `judge validate` on the bundled calibration set with each local judge (target: 240 items <= 5 s).
+
+Measures the library path the CLI runs (load labels, judge every item, every figure with 2,000 bootstrap
+resamples) without interpreter start-up. Run: .venv/bin/python benchmarks/judge_validation.py
+"""
+
+import time
+
+from ragassay.judges.config import JudgeConfig
+from ragassay.judges.labels import bundled_labels, load_labels
+from ragassay.judges.validate import run_judge, validate_judgements
+
+
+def main() -> None:
+    path = bundled_labels()
+    if path is None:
+        raise SystemExit("no bundled labels in this checkout")
+    for model in ("lexical", "embedding"):
+        t0 = time.perf_counter()
+        labels = load_labels(path)
+        cfg = JudgeConfig(provider="local", model=model, metrics=["faithfulness"])
+        judged, _ = run_judge(cfg, labels.items)
+        t1 = time.perf_counter()
+        f = validate_judgements(labels.items, judged)
+        t2 = time.perf_counter()
+        print(f"{model:9s} {len(labels)} items: judge {t1 - t0:.2f} s, figures {t2 - t1:.2f} s, total "
+              f"{t2 - t0:.2f} s (target 5 s); kappa {f['kappa']['value']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
