@@ -434,6 +434,12 @@ def test_gate_fails_a_credible_regression_in_a_judge_metric(store):
     same = _judged(store, "same", {"faithfulness": base})
     pol = GatePolicy(n_resamples=1000, metrics={"faithfulness": MetricPolicy(min_effect=0.05)},
                      hard=HardPolicy(min_citation_validity=None))
+    # without a validation record for these judge pins the judge cannot decide the build either way
+    unvalidated = [c for c in run_gate(store, a, worse, pol).checks if c.name == "faithfulness"]
+    assert [(c.verdict, c.status) for c in unvalidated] == [("WARN", "unvalidated")]
+    store.record_judge_validation({"judge_model": "openai:m", "rubric_sha": "r" * 64, "prompt_sha": "p" * 64,
+                                   "kind": "support", "label_set_version": "v", "n_items": 100, "n": 100,
+                                   "kappa": 0.8, "min_class_recall": 0.8, "figures": {}})
     res = run_gate(store, a, worse, pol)
     assert res.verdict == "FAIL"
     assert any(c.name == "faithfulness" and c.verdict == "FAIL" for c in res.checks)
