@@ -243,3 +243,15 @@ def test_compare_skips_the_split_quietly_when_a_run_lacks_recall_at_context(tmp_
     assert e.value.code in (0, None)
     blob = json.loads(capsys.readouterr().out)
     assert blob["decomposition"] is None and blob["decomposition_skipped"] == "run a has no recall@context rows"
+
+
+def test_analysis_resamples_are_capped_at_scale_and_the_page_says_so(tmp_path):
+    from ragassay.analysis.report_data import ANALYSIS_DRAW_BUDGET, capped_resamples
+
+    assert capped_resamples(2000, 171) == 2000 and capped_resamples(2000, 25_000) == 2000
+    assert capped_resamples(2000, 100_000) == 500 == ANALYSIS_DRAW_BUDGET // 100_000
+    assert capped_resamples(2000, 10_000_000) == 500 and capped_resamples(300, 100_000) == 300
+    data = {"title": "t", "runs": [{"name": "x"}], **_hostile_sections(), "analysis_resamples": 500,
+            "analysis_resamples_note": "capped from 2,000 at 100,000 queries to bound the report's build time"}
+    page = render_report(data, tmp_path / "out").read_text(encoding="utf-8")
+    assert "500, capped from 2,000 at 100,000 queries" in _section_text(page, "decomposition")

@@ -45,6 +45,16 @@ PARQUET_NAME = "queries.parquet"
 # resamples (the page says so), fewer than `compare`'s default, to keep `ragassay report` quick; each analysis
 # at full precision is `ragassay analyze <kind>`.
 REPORT_RESAMPLES = 2_000
+# Resampling costs resamples x queries per bootstrap, and the decomposition runs about ten bootstraps; above
+# ANALYSIS_DRAW_BUDGET / REPORT_RESAMPLES queries the report's analysis resamples shrink to fit the budget
+# (never below MIN_ANALYSIS_RESAMPLES), and the page states the number used and the cap.
+ANALYSIS_DRAW_BUDGET = 50_000_000
+MIN_ANALYSIS_RESAMPLES = 500
+
+
+def capped_resamples(requested: int, n_queries: int) -> int:
+    """The analysis sections' resamples at this many queries: ``requested``, capped by the draw budget."""
+    return max(min(requested, ANALYSIS_DRAW_BUDGET // max(n_queries, 1)), min(requested, MIN_ANALYSIS_RESAMPLES))
 
 
 def _num(x) -> float | None:
@@ -277,8 +287,12 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
     if oracle_ladder:
         given["oracle_ladder"] = oracle_ladder
     if analyses:
-        data.update(analysis_sections(store, recs, golden, traces, comparisons, n_resamples=analysis_resamples,
+        used = capped_resamples(analysis_resamples, len(golden.queries))
+        data.update(analysis_sections(store, recs, golden, traces, comparisons, n_resamples=used,
                                       skip=given.keys()))
+        if used < analysis_resamples:
+            data["analysis_resamples_note"] = (f"capped from {analysis_resamples:,} at {len(golden.queries):,} "
+                                               f"queries to bound the report's build time")
     data.update(given)
     if gate is not None:
         data["gate"] = {"verdict": gate.verdict, "baseline": gate.comparison.run_a.name,

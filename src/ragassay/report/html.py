@@ -200,8 +200,9 @@ def build_context(data: Mapping) -> dict:
         "consistency": analyses.consistency_view(data["consistency"]) if "consistency" in data else None,
         "attribution": analyses.attribution_view(data["attribution"]) if "attribution" in data else None,
         "ablation": analyses.ablation_view(data["ablation"]) if "ablation" in data else None,
-        "analysis_resamples": fmt.num(data["analysis_resamples"]) if fmt.is_number(data.get("analysis_resamples"))
-        else None,
+        "analysis_resamples": (f"{int(data['analysis_resamples']):,}"
+                               + (f", {data['analysis_resamples_note']}" if data.get("analysis_resamples_note") else ""))
+        if fmt.is_number(data.get("analysis_resamples")) else None,
         "warnings": [str(w) for w in _list(data.get("warnings", []), "warnings")],
         "traces_unavailable": [
             {"run": str(u.get("run", "")), "reason": str(u.get("reason", ""))}
