@@ -14,6 +14,16 @@ message, and ``plan[ID]`` lists one action per attempt (the last one repeats). A
   timeout                             waits ``hang_s`` before answering (longer than the client's timeout)
   drop                                closes the connection without a response
 
+The batch endpoints the SDKs call are served too: Anthropic ``POST /v1/messages/batches``, ``GET
+/v1/messages/batches/{id}`` and its ``results_url`` (JSONL); OpenAI ``POST /files`` (multipart),
+``POST /batches``, ``GET /batches/{id}`` and ``GET /files/{id}/content``. A batch reports itself in progress
+for ``batch_polls`` retrieves (forever while ``batch_hold`` is set), then ends: each request is answered
+then, once, by the same per-item plan (so it is billed once however often the results are downloaded), and
+two more actions apply: ``expired`` (and ``canceled``, Anthropic) — the request got no result, not billed.
+A scripted status (``500``, ``400``, ...) is an errored request in the batch. ``batch_create_plan`` lists
+one action per create call (``ok`` or a status). Control requests (create, poll, download) are in
+``control``; billed batch requests are in ``seen`` with status 200, like direct calls.
+
 Everything is bounded: header and body sizes, requests per connection, idle reads, the total request
 count (``max_requests``) and the server's lifetime (``lifetime_s``; it stops itself). Run as a script it
 serves until killed: ``python fake_provider.py --latency 0.2`` prints the base URL on stdout.
@@ -22,12 +32,16 @@ serves until killed: ``python fake_provider.py --latency 0.2`` prints the base U
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.parser import BytesParser
+from email.policy import default as email_policy
 from typing import Any
 
 TAG = re.compile(r"\[\[item:([^\]]{1,200})\]\]")
@@ -73,6 +87,13 @@ class FakeProvider:
         self.item_of: Callable[[str], str | None] | None = None
         self.responder: Callable[[str, str], dict[str, Any] | None] | None = None
         self.seen: list[Seen] = []
+        self.control: list[Seen] = []
+        self.batches: dict[str, dict[str, Any]] = {}
+        self.files: dict[str, bytes] = {}
+        self.batch_polls = 1
+        self.batch_hold = False
+        self.batch_create_plan: list[str] = []
+        self._ids = itertools.count(1)
         self.inflight = 0
         self.max_inflight = 0
         self._attempts: dict[str, int] = {}
@@ -131,7 +152,11 @@ class FakeProvider:
 
     def reset_counts(self) -> None:
         self.seen.clear()
+        self.control.clear()
         self.max_inflight = 0
+
+    def created_batches(self) -> list[str]:
+        return [b["id"] for b in self.batches.values()]
 
     # ------------------------------------------------------------------ HTTP
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -175,8 +200,18 @@ class FakeProvider:
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data)
         await writer.drain()
 
+    async def _write_raw(self, writer: asyncio.StreamWriter, data: bytes, content_type: str) -> None:
+        head = ["HTTP/1.1 200 OK", f"content-type: {content_type}", f"content-length: {len(data)}",
+                "connection: keep-alive"]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data)
+        await writer.drain()
+
     async def _handle(self, method: str, path: str, headers: dict[str, str], body: bytes,
                       writer: asyncio.StreamWriter) -> bool:
+        route = path.split("?", 1)[0]
+        if _BATCH_ROUTE.fullmatch(route):
+            await self._batch(method, route, headers, body, writer)
+            return True
         if path.endswith("/v1/messages") or path.endswith("/messages"):
             api = "anthropic"
         elif path.endswith("/chat/completions"):
@@ -281,6 +316,164 @@ class FakeProvider:
                          "message": {"role": "assistant", "content": text, "refusal": refusal}}],
             "usage": usage,
         }, {}
+
+
+    # ------------------------------------------------------------------ batches
+    async def _batch(self, method: str, route: str, headers: dict[str, str], body: bytes,
+                     writer: asyncio.StreamWriter) -> None:
+        key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ") or None
+        api = "anthropic" if "/messages/batches" in route else "openai"
+        parts = route.removeprefix("/v1").strip("/").split("/")
+        if api == "anthropic":
+            parts = parts[1:]  # drop "messages"
+        self.control.append(Seen(f"{api}-batch", None, 0, f"{method} {'/'.join(parts)}", 200, key))
+        if method == "POST" and parts in (["batches"], ["files"]):
+            if parts == ["batches"]:
+                n = sum(1 for c in self.control if c.action == "POST batches" and c.api == f"{api}-batch")
+                action = self.batch_create_plan[min(n - 1, len(self.batch_create_plan) - 1)] \
+                    if self.batch_create_plan else "ok"
+                if action.isdigit():
+                    status, payload, extra = self._reply(api, action, None, {}, "")
+                    await self._write(writer, status, payload, extra)
+                    return
+            if api == "anthropic":
+                await self._write(writer, 200, self._anthropic_create(json.loads(body)))
+            elif parts == ["files"]:
+                await self._write(writer, 200, self._openai_upload(headers.get("content-type", ""), body))
+            else:
+                await self._write(writer, 200, self._openai_create(json.loads(body)))
+            return
+        if method == "GET" and len(parts) == 2 and parts[0] == "batches" and parts[1] in self.batches:
+            await self._write(writer, 200, self._batch_object(self._poll(parts[1])))
+            return
+        if method == "GET" and len(parts) == 3 and parts[2] == "results" and parts[1] in self.batches:
+            batch = self.batches[parts[1]]
+            data = "".join(json.dumps(line) + "\n" for line in batch["output"]).encode("utf-8")
+            await self._write_raw(writer, data, "application/binary")
+            return
+        if method == "GET" and len(parts) == 3 and parts[0] == "files" and parts[2] == "content" \
+                and parts[1] in self.files:
+            await self._write_raw(writer, self.files[parts[1]], "application/octet-stream")
+            return
+        await self._write(writer, 404, {"type": "error", "error": {"type": "not_found_error",
+                                                                    "message": f"no such batch route {route}"}})
+
+    def _new_id(self, prefix: str) -> str:
+        return f"{prefix}_{next(self._ids):06d}"
+
+    def _anthropic_create(self, request: dict[str, Any]) -> dict[str, Any]:
+        entries = []
+        for r in request["requests"]:
+            params = r["params"]
+            system = "".join(b["text"] for b in params.get("system", []))
+            entries.append((r["custom_id"], params, system, params["messages"][-1]["content"]))
+        batch = {"id": self._new_id("msgbatch"), "api": "anthropic", "entries": entries, "polls": 0,
+                 "ended": False, "output": [], "errors": [], "created": datetime.now(UTC)}
+        self.batches[batch["id"]] = batch
+        return self._batch_object(batch)
+
+    def _openai_upload(self, content_type: str, body: bytes) -> dict[str, Any]:
+        message = BytesParser(policy=email_policy).parsebytes(
+            f"Content-Type: {content_type}\r\n\r\n".encode("latin-1") + body)
+        data = b""
+        for part in message.iter_parts():
+            if part.get_param("name", header="content-disposition") == "file":
+                data = part.get_payload(decode=True)
+        file_id = self._new_id("file")
+        self.files[file_id] = data
+        return {"id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()),
+                "filename": "batch.jsonl", "purpose": "batch", "status": "processed"}
+
+    def _openai_create(self, request: dict[str, Any]) -> dict[str, Any]:
+        entries = []
+        for raw in self.files[request["input_file_id"]].decode("utf-8").splitlines():
+            if raw.strip():
+                line = json.loads(raw)
+                messages = line["body"]["messages"]
+                entries.append((line["custom_id"], line["body"], messages[0]["content"], messages[-1]["content"]))
+        batch = {"id": self._new_id("batch"), "api": "openai", "entries": entries, "polls": 0, "ended": False,
+                 "output": [], "errors": [], "created": datetime.now(UTC), "input_file_id": request["input_file_id"]}
+        self.batches[batch["id"]] = batch
+        return self._batch_object(batch)
+
+    def _poll(self, batch_id: str) -> dict[str, Any]:
+        batch = self.batches[batch_id]
+        batch["polls"] += 1
+        if not batch["ended"] and not self.batch_hold and batch["polls"] > self.batch_polls:
+            self._finish(batch)
+        return batch
+
+    def _finish(self, batch: dict[str, Any]) -> None:
+        """Answer every request of the batch once, by its item's plan, as the provider would at the end."""
+        api = batch["api"]
+        for custom_id, params, system, user in batch["entries"]:
+            match = TAG.search(user)
+            item = match.group(1) if match else (self.item_of(user) if self.item_of is not None else None)
+            attempt = self._attempts.get(item or "", 0)
+            self._attempts[item or ""] = attempt + 1
+            steps = self.plan.get(item or "", ["ok"])
+            action = steps[min(attempt, len(steps) - 1)]
+            if action in ("timeout", "drop"):
+                action = "expired"
+            if action in ("expired", "canceled"):
+                self.seen.append(Seen(f"{api}-batch", item, attempt, action, 0))
+                if api == "anthropic":
+                    batch["output"].append({"custom_id": custom_id, "result": {"type": action}})
+                else:
+                    batch["errors"].append({"id": self._new_id("batch_req"), "custom_id": custom_id,
+                                            "response": None,
+                                            "error": {"code": "batch_expired", "message": "This request could "
+                                                      "not be executed before the completion window expired."}})
+                continue
+            status, payload, _ = self._reply(api, action, item, params, system, user)
+            self.seen.append(Seen(f"{api}-batch", item, attempt, action, status))
+            if api == "anthropic":
+                result = {"type": "succeeded", "message": payload} if status == 200 else \
+                    {"type": "errored", "error": payload}
+                batch["output"].append({"custom_id": custom_id, "result": result})
+            else:
+                line = {"id": self._new_id("batch_req"), "custom_id": custom_id,
+                        "response": {"status_code": status, "request_id": self._new_id("req"), "body": payload},
+                        "error": None}
+                batch["output" if status == 200 else "errors"].append(line)
+        batch["ended"] = True
+        if api == "openai":
+            for kind in ("output", "errors"):
+                if batch[kind]:
+                    file_id = self._new_id("file")
+                    self.files[file_id] = "".join(json.dumps(x) + "\n" for x in batch[kind]).encode("utf-8")
+                    batch[f"{kind}_file_id"] = file_id
+
+    def _batch_object(self, batch: dict[str, Any]) -> dict[str, Any]:
+        created = batch["created"]
+        n = len(batch["entries"])
+        if batch["api"] == "anthropic":
+            kinds = [x["result"]["type"] for x in batch["output"]]
+            ended = batch["ended"]
+            return {
+                "id": batch["id"], "type": "message_batch",
+                "processing_status": "ended" if ended else "in_progress",
+                "request_counts": {"processing": 0 if ended else n, "succeeded": kinds.count("succeeded"),
+                                   "errored": kinds.count("errored"), "canceled": kinds.count("canceled"),
+                                   "expired": kinds.count("expired")},
+                "created_at": created.isoformat(), "expires_at": (created + timedelta(hours=24)).isoformat(),
+                "ended_at": datetime.now(UTC).isoformat() if ended else None, "archived_at": None,
+                "cancel_initiated_at": None,
+                "results_url": f"{self.base_url}/v1/messages/batches/{batch['id']}/results" if ended else None,
+            }
+        expired = any((x.get("error") or {}).get("code") == "batch_expired" for x in batch["errors"])
+        status = ("expired" if expired else "completed") if batch["ended"] else "in_progress"
+        return {
+            "id": batch["id"], "object": "batch", "endpoint": "/v1/chat/completions", "errors": None,
+            "input_file_id": batch["input_file_id"], "completion_window": "24h", "status": status,
+            "output_file_id": batch.get("output_file_id"), "error_file_id": batch.get("errors_file_id"),
+            "created_at": int(created.timestamp()),
+            "request_counts": {"total": n, "completed": len(batch["output"]), "failed": len(batch["errors"])},
+        }
+
+
+_BATCH_ROUTE = re.compile(r"(?:/v1)?/(?:messages/batches(?:/[^/]+(?:/results)?)?|batches(?:/[^/]+)?|"
+                          r"files(?:/[^/]+/content)?)")
 
 
 def main() -> None:

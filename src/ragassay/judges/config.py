@@ -13,7 +13,9 @@ metrics: [faithfulness, answer_relevance, correctness, citations, nuggets]
 criteria:                   # rubric correctness; default: central_fact, no_contradiction, complete
   - {name: central_fact, description: "States the reference's central fact.", weight: 2}
 prices:                     # USD per million tokens
-  gpt-5-mini: {input: 0.25, output: 2.0, cached_input: 0.025}
+  gpt-5-mini: {input: 0.25, output: 2.0, cached_input: 0.025, batch_input: 0.125, batch_output: 1.0}
+mode: sync                  # batch: the provider's batch API at batch prices (needs batch_input/batch_output)
+batch: {poll_interval_s: 30, max_poll_interval_s: 300, max_wait_s: 3600}
 ```
 """
 
@@ -48,6 +50,12 @@ class RetryConfig(_Strict):
     retry_after_max_s: float = Field(default=60.0, ge=0)
 
 
+class BatchConfig(_Strict):
+    poll_interval_s: float = Field(default=30.0, gt=0)
+    max_poll_interval_s: float = Field(default=300.0, gt=0)
+    max_wait_s: float = Field(default=3600.0, gt=0, le=7 * 86400)
+
+
 class JudgeConfig(_Strict):
     provider: Literal["openai", "anthropic", "local"]
     model: str = Field(min_length=1)
@@ -64,6 +72,8 @@ class JudgeConfig(_Strict):
     criteria: list[CriterionConfig] | None = None
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
     retry: RetryConfig = Field(default_factory=RetryConfig)
+    mode: Literal["sync", "batch"] = "sync"
+    batch: BatchConfig = Field(default_factory=BatchConfig)
     threshold: float | None = Field(default=None, ge=-1, le=1)
     numeric: bool = True
 
@@ -82,8 +92,14 @@ class JudgeConfig(_Strict):
                                  "output: ...}} in USD per million tokens (0 for a local server)")
             if self.threshold is not None:
                 raise ValueError("threshold: only a local judge takes a threshold")
+            price = self.prices[self.model]
+            if self.mode == "batch" and ("batch_input" not in price or "batch_output" not in price):
+                raise ValueError(f"prices: mode batch needs {self.model}: {{batch_input: ..., batch_output: ...}} "
+                                 "(the batch API's prices in USD per million tokens)")
         if self.base_url is not None and self.provider == "local":
             raise ValueError("base_url: a local judge makes no calls")
+        if self.mode == "batch" and self.provider == "local":
+            raise ValueError("mode: a local judge makes no calls; batch is for provider anthropic or openai")
         if self.criteria is not None:
             names = [c.name for c in self.criteria]
             if len(set(names)) != len(names) or not names:
@@ -172,12 +188,13 @@ def build_judge(cfg: JudgeConfig, store=None):
     import os
 
     from ragassay.judges.protocol import Sampling
-    from ragassay.judges.providers import AnthropicJudge, OpenAIJudge, RetryPolicy, price_table
+    from ragassay.judges.providers import AnthropicJudge, BatchPolicy, OpenAIJudge, RetryPolicy, price_table
 
     sampling = Sampling(cfg.model, max_tokens=cfg.max_tokens, temperature=cfg.temperature, effort=cfg.effort)
     kwargs: dict[str, Any] = {"base_url": cfg.base_url, "concurrency": cfg.concurrency,
                               "spend_cap": cfg.spend_cap, "store": store,
-                              "retry": RetryPolicy(**cfg.retry.model_dump())}
+                              "retry": RetryPolicy(**cfg.retry.model_dump()), "mode": cfg.mode,
+                              "batch": BatchPolicy(**cfg.batch.model_dump())}
     if cfg.api_key_env is not None:
         key = os.environ.get(cfg.api_key_env)
         if not key:

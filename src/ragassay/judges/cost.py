@@ -2,7 +2,9 @@
 
 Computed from a judge run's call records. ``spend`` is what this run paid. The projection per 1,000 queries
 prices every call of the run (cache hits at what their paid original cost, from the store), so a fully
-cached rerun still projects what a fresh run of that size would cost.
+cached rerun still projects what a fresh run of that size would cost. Calls answered through a provider's
+batch API (the store's ``judge_batches`` lists the shas each collected batch billed) were priced at the
+batch rates; the line counts them, so a spend is never read as sync-priced when it was not.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class CostLine:
     p95_latency_ms: float
     queries: int
     per_1000_queries: float
+    batch_calls: int = 0
 
     @property
     def cache_hit_share(self) -> float:
@@ -43,7 +46,8 @@ class CostLine:
         lat = "n/a" if math.isnan(self.p50_latency_ms) else \
             f"p50 {self.p50_latency_ms:.0f} ms, p95 {self.p95_latency_ms:.0f} ms"
         proj = "n/a" if math.isnan(self.per_1000_queries) else f"${self.per_1000_queries:.2f}"
-        return (f"cost: {self.calls} calls ({self.paid_calls} paid, {self.errors} errors), "
+        batch = f", {self.batch_calls} via batch at batch prices" if self.batch_calls else ""
+        return (f"cost: {self.calls} calls ({self.paid_calls} paid{batch}, {self.errors} errors), "
                 f"{self.input_tokens:,} in / {self.output_tokens:,} out tokens ({self.cached_tokens:,} cached), "
                 f"cache hits {share}, spend ${self.spend:.4f}, latency {lat}, {proj} per 1,000 queries")
 
@@ -59,6 +63,7 @@ def cost_line(records: Sequence[CallRecord], queries: int, store=None) -> CostLi
                      for row in store.cached_judge_calls(sorted({r.request_sha for r in hits}))
                      if not row["cache_hit"]}
         full += sum(originals.get(r.request_sha, 0.0) for r in hits)
+    batched = set() if store is None else store.batch_billed_shas(sorted({r.request_sha for r in paid}))
     return CostLine(
         calls=len(records), paid_calls=len(paid), cache_hits=len(hits),
         errors=sum(1 for r in records if r.outcome == "error"),
@@ -67,6 +72,7 @@ def cost_line(records: Sequence[CallRecord], queries: int, store=None) -> CostLi
         p50_latency_ms=float(np.percentile(lat, 50)) if lat.size else math.nan,
         p95_latency_ms=float(np.percentile(lat, 95)) if lat.size else math.nan,
         queries=queries, per_1000_queries=full / queries * 1000 if queries else math.nan,
+        batch_calls=sum(1 for r in paid if r.request_sha in batched),
     )
 
 

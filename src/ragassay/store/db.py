@@ -32,6 +32,9 @@ from ragassay import fsio
 from ragassay.errors import InputError, SchemaError
 from ragassay.store.schema import (
     DDL,
+    JUDGE_BATCH_COLUMNS,
+    JUDGE_BATCH_STATUSES,
+    JUDGE_BATCHES_DDL,
     JUDGE_CALL_COLUMNS,
     JUDGE_CALLS_DDL,
     JUDGE_OUTCOMES,
@@ -144,6 +147,7 @@ class Store:
         # A read-only open of a store written before judge_calls existed has no such table.
         self._judge_calls_present = True
         self._validations_present = True
+        self._batches_present = True
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -198,6 +202,7 @@ class Store:
             self._con.execute(DDL)
             self._con.execute(JUDGE_CALLS_DDL)
             self._con.execute(JUDGE_VALIDATIONS_DDL)
+            self._con.execute(JUDGE_BATCHES_DDL)
             self._con.execute(
                 "INSERT INTO schema_info VALUES (?, ?, ?)", [SCHEMA_VERSION, _now(), _ragassay_version()]
             )
@@ -237,6 +242,11 @@ class Store:
                 self._validations_present = False
             else:
                 self._con.execute(JUDGE_VALIDATIONS_DDL)
+        if "judge_batches" not in present:
+            if self.read_only:
+                self._batches_present = False
+            else:
+                self._con.execute(JUDGE_BATCHES_DDL)
 
     def close(self) -> None:
         self._con.close()
@@ -619,6 +629,71 @@ class Store:
             [run_id],
         ).fetchall()
         return [_judge_call_dict(r) for r in rows]
+
+    # ------------------------------------------------------------------ judge batches
+    def record_judge_batch(self, batch_id: str, *, provider: str, model: str, run_id: str,
+                           request_shas: Sequence[str], worst_case: float) -> None:
+        """Record a provider batch the moment it is created (status ``submitted``), so a killed run resumes it."""
+        self._check_writable()
+        if not isinstance(batch_id, str) or not batch_id:
+            raise InputError("judge batch needs a non-empty batch_id")
+        shas = list(request_shas)
+        if not shas or not all(isinstance(s, str) and s for s in shas):
+            raise InputError(f"judge batch {batch_id}: request_shas must be a non-empty list of shas")
+        if not (isinstance(worst_case, int | float) and np.isfinite(worst_case) and worst_case >= 0):
+            raise InputError(f"judge batch {batch_id}: worst_case = {worst_case!r} must be a number >= 0")
+        now = _now()
+        self._con.execute(
+            f"INSERT INTO judge_batches ({', '.join(JUDGE_BATCH_COLUMNS)}) "
+            "VALUES (?, ?, ?, ?, ?::JSON, ?, ?, 'submitted', NULL, NULL, ?, ?)",
+            [batch_id, provider, model, run_id, json.dumps(shas), len(shas), float(worst_case), now, now],
+        )
+
+    def set_judge_batch_status(self, batch_id: str, status: str, *, provider_status: str | None = None,
+                               billed_shas: Sequence[str] | None = None) -> None:
+        """Move a batch to ``collected`` (its results are merged into ``judge_calls``) or ``lost`` (the provider
+        no longer knows it); ``billed_shas`` are the requests it answered with a billed outcome."""
+        self._check_writable()
+        if status not in JUDGE_BATCH_STATUSES:
+            raise InputError(f"judge batch status {status!r} must be one of {JUDGE_BATCH_STATUSES}")
+        self._con.execute(
+            "UPDATE judge_batches SET status = ?, provider_status = coalesce(?, provider_status), "
+            "billed_shas = coalesce(?::JSON, billed_shas), updated_at = ? WHERE batch_id = ?",
+            [status, provider_status, None if billed_shas is None else json.dumps(sorted(billed_shas)), _now(),
+             batch_id],
+        )
+
+    def judge_batches(self, *, provider: str | None = None, model: str | None = None,
+                      status: str | None = None) -> list[dict[str, Any]]:
+        """Recorded batches matching the given fields, oldest first; ``request_shas``/``billed_shas`` as lists."""
+        if not self._batches_present:
+            return []
+        where, params = [], []
+        for col, v in (("provider", provider), ("model", model), ("status", status)):
+            if v is not None:
+                where.append(f"{col} = ?")
+                params.append(v)
+        clause = f"WHERE {' AND '.join(where)} " if where else ""
+        rows = self._con.execute(f"SELECT {', '.join(JUDGE_BATCH_COLUMNS)} FROM judge_batches {clause}"
+                                 "ORDER BY created_at, batch_id", params).fetchall()
+        out = []
+        for row in rows:
+            d = dict(zip(JUDGE_BATCH_COLUMNS, row, strict=True))
+            for key in ("request_shas", "billed_shas"):
+                d[key] = [] if d[key] is None else json.loads(d[key])
+            out.append(d)
+        return out
+
+    def batch_billed_shas(self, request_shas: Sequence[str]) -> set[str]:
+        """Those of ``request_shas`` that a collected batch answered with a billed outcome (batch prices)."""
+        if not self._batches_present or not request_shas:
+            return set()
+        rows = self._con.execute(
+            "SELECT DISTINCT s FROM (SELECT unnest(CAST(billed_shas AS VARCHAR[])) AS s FROM judge_batches "
+            "WHERE status = 'collected' AND billed_shas IS NOT NULL) WHERE list_contains(?, s)",
+            [list(request_shas)],
+        ).fetchall()
+        return {r[0] for r in rows}
 
     # ------------------------------------------------------------------ judge validations
     def record_judge_validation(self, record: Mapping[str, Any]) -> str:

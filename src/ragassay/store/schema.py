@@ -182,6 +182,31 @@ JUDGE_VALIDATION_COLUMNS = (
 )
 JUDGE_VALIDATION_JSON = ("metrics", "figures", "calls", "cascade")
 
+# A provider batch (Anthropic Message Batches, OpenAI Batch) submitted for judge calls: one row per batch, its
+# id recorded the moment the provider returns it, so a killed judge run resumes polling that batch instead of
+# paying for the same requests again. Each request's custom_id is its request_sha. `billed_shas` are the
+# requests the collected batch answered with a billed outcome (priced at batch rates). Added like judge_calls:
+# no version bump, created on the next writable open, absent = no batches.
+JUDGE_BATCH_STATUSES = ("submitted", "collected", "lost")
+JUDGE_BATCHES_DDL = f"""
+CREATE TABLE IF NOT EXISTS judge_batches (
+    batch_id        VARCHAR PRIMARY KEY,
+    provider        VARCHAR NOT NULL,
+    model           VARCHAR NOT NULL,
+    run_id          VARCHAR NOT NULL,
+    request_shas    JSON NOT NULL,
+    n_requests      INTEGER NOT NULL,
+    worst_case      DOUBLE NOT NULL,
+    status          VARCHAR NOT NULL CHECK (status IN {JUDGE_BATCH_STATUSES}),
+    provider_status VARCHAR,
+    billed_shas     JSON,
+    created_at      TIMESTAMP NOT NULL,
+    updated_at      TIMESTAMP NOT NULL
+);
+"""
+JUDGE_BATCH_COLUMNS = ("batch_id", "provider", "model", "run_id", "request_shas", "n_requests", "worst_case",
+                       "status", "provider_status", "billed_shas", "created_at", "updated_at")
+
 # Columns a caller supplies per result row (run_id comes from the call, `defined` is derived from value).
 ROW_SCHEMA = pa.schema(
     [

@@ -1,8 +1,10 @@
 """LLM judge clients: one module per provider SDK, sharing ``base.JudgeClient`` (retries, concurrency,
-spend cap, the store as the cache). The SDKs are imported only when a client opens."""
+spend cap, the store as the cache) and ``batch`` (the providers' batch APIs, ``mode="batch"``). The SDKs are
+imported only when a client opens."""
 
 from ragassay.judges.providers.anthropic import AnthropicJudge
 from ragassay.judges.providers.base import (
+           BatchPolicy,
            JudgeClient,
            JudgeRun,
            JudgeStopped,
@@ -12,5 +14,5 @@ from ragassay.judges.providers.base import (
 )
 from ragassay.judges.providers.openai import OpenAIJudge
 
-__all__ = ["AnthropicJudge", "JudgeClient", "JudgeRun", "JudgeStopped", "OpenAIJudge", "Price", "RetryPolicy",
-           "price_table"]
+__all__ = ["AnthropicJudge", "BatchPolicy", "JudgeClient", "JudgeRun", "JudgeStopped", "OpenAIJudge", "Price",
+           "RetryPolicy", "price_table"]

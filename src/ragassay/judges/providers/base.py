@@ -33,7 +33,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -70,12 +70,32 @@ class JudgeStopped(RagassayError):
 @dataclass(frozen=True)
 class Price:
     """USD per million tokens. ``cached_input`` is the cache-read price, ``cache_write`` the cache-write
-    price; both default to ``input`` (no discount assumed unless the config says so)."""
+    price; both default to ``input`` (no discount assumed unless the config says so). ``batch_input`` and
+    ``batch_output`` are the provider batch API's prices (both providers discount every token kind of a batch
+    by the same factor, so cache reads and writes in a batch scale by ``batch_input / input``)."""
 
     input: float
     output: float
     cached_input: float | None = None
     cache_write: float | None = None
+    batch_input: float | None = None
+    batch_output: float | None = None
+
+    @property
+    def has_batch(self) -> bool:
+        return self.batch_input is not None and self.batch_output is not None
+
+    def batch(self) -> Price:
+        """The price of a call made through the batch API; an ``InputError`` if the table has no batch prices."""
+        if self.batch_input is None or self.batch_output is None:
+            raise InputError("mode batch needs batch prices: add batch_input and batch_output (USD per million "
+                             "tokens) to the model's entry in prices")
+        ratio = self.batch_input / self.input if self.input > 0 else 1.0
+        return Price(
+            input=self.batch_input, output=self.batch_output,
+            cached_input=None if self.cached_input is None else self.cached_input * ratio,
+            cache_write=None if self.cache_write is None else self.cache_write * ratio,
+        )
 
     def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0, cache_write_tokens: int = 0
              ) -> float:
@@ -91,12 +111,13 @@ class Price:
 
 
 def price_table(config: Mapping[str, Any], where: str = "prices") -> dict[str, Price]:
-    """Read ``{model: {input, output, cached_input?, cache_write?}}`` (USD per million tokens), checking
-    every value; an unknown key or a negative or non-numeric price is an ``InputError`` naming it."""
+    """Read ``{model: {input, output, cached_input?, cache_write?, batch_input?, batch_output?}}`` (USD per
+    million tokens), checking every value; an unknown key or a negative or non-numeric price is an
+    ``InputError`` naming it."""
     if not isinstance(config, Mapping):
         raise InputError(f"{where}: expected a mapping of model id to prices, got {type(config).__name__}")
     table = {}
-    allowed = ("input", "output", "cached_input", "cache_write")
+    allowed = ("input", "output", "cached_input", "cache_write", "batch_input", "batch_output")
     for model, entry in config.items():
         if not isinstance(model, str) or not model:
             raise InputError(f"{where}: model ids must be non-empty strings, got {model!r}")
@@ -117,6 +138,9 @@ def price_table(config: Mapping[str, Any], where: str = "prices") -> dict[str, P
                 raise InputError(f"{where}.{model}.{key}: {value!r} must be a number >= 0 (USD per million "
                                  "tokens)")
             values[key] = float(value)
+        if ("batch_input" in values) != ("batch_output" in values):
+            raise InputError(f"{where}.{model}: give batch_input and batch_output together (the batch API's "
+                             "prices, USD per million tokens)")
         table[model] = Price(**values)
     return table
 
@@ -146,6 +170,35 @@ class RetryPolicy:
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Full-jitter exponential backoff after failed attempt ``attempt`` (1-based)."""
         return rng.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1)))
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """How a batch-mode run waits for its provider batches: the first poll after ``poll_interval_s``, each
+    wait 1.5x the last up to ``max_poll_interval_s``, and never past ``max_wait_s`` in one process. A batch
+    still running then stays recorded in the store; the next run resumes polling it (nothing is resubmitted).
+    """
+
+    poll_interval_s: float = 30.0
+    max_poll_interval_s: float = 300.0
+    max_wait_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        for name in ("poll_interval_s", "max_poll_interval_s", "max_wait_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+                    or value <= 0:
+                raise InputError(f"batch.{name} = {value!r} must be a finite number > 0 seconds")
+        if self.max_wait_s > 7 * 86400:
+            raise InputError(f"batch.max_wait_s = {self.max_wait_s!r} must be at most 7 days (604800 s); a "
+                             "batch that runs longer is resumed by the next run")
+
+    def waits(self) -> Iterator[float]:
+        """The successive poll intervals (unbounded; the caller stops at ``max_wait_s``)."""
+        wait = self.poll_interval_s
+        while True:
+            yield wait
+            wait = min(self.max_poll_interval_s, wait * 1.5)
 
 
 # ---------------------------------------------------------------------------------------------- wire types
@@ -207,6 +260,12 @@ def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def request_bytes(request: JudgeRequest) -> int:
+    """UTF-8 bytes of what a request sends: rubric, item and verdict schema (a bound on its input tokens)."""
+    size = len(request.system.encode("utf-8")) + len(request.user.encode("utf-8"))
+    return size + len(json.dumps(request.verdict_type.json_schema()).encode("utf-8"))
+
+
 # ---------------------------------------------------------------------------------------------- run result
 @dataclass
 class JudgeRun:
@@ -249,6 +308,9 @@ class JudgeClient:
 
     provider: ClassVar[str] = ""
     api_key_env: ClassVar[str] = ""
+    # Provider modules with a batch API set these; see ``providers.batch``.
+    batch_api: ClassVar[bool] = False
+    max_batch_requests: ClassVar[int] = 0
 
     def __init__(
         self,
@@ -262,6 +324,8 @@ class JudgeClient:
         spend_cap: float | None = None,
         store: Store | None = None,
         seed: int | None = None,
+        mode: Literal["sync", "batch"] = "sync",
+        batch: BatchPolicy | None = None,
     ):
         if sampling.model not in prices:
             raise InputError(
@@ -288,11 +352,20 @@ class JudgeClient:
         self.concurrency = concurrency
         self.retry = retry or RetryPolicy()
         self.spend_cap = spend_cap
+        if mode not in ("sync", "batch"):
+            raise InputError(f"mode = {mode!r} must be 'sync' or 'batch'")
+        if mode == "batch" and not self.batch_api:
+            raise InputError(f"the {self.provider} judge has no batch API; use mode: sync")
         self.store = store
+        self.mode = mode
+        self.batch = batch or BatchPolicy()
+        # Checked here, before any call: a batch run without batch prices could not keep its spend cap.
+        self.batch_price = self.price.batch() if mode == "batch" else None
         self._rng = random.Random(seed)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(model={self.sampling.model!r}, base_url={self.base_url!r})"
+        return (f"{type(self).__name__}(model={self.sampling.model!r}, base_url={self.base_url!r}, "
+                f"mode={self.mode!r})")
 
     # -- provider hooks
     async def _open(self) -> None:
@@ -310,13 +383,18 @@ class JudgeClient:
         return asyncio.run(self.judge(requests))
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> JudgeRun:
-        """Judge every request; see the module docstring for caching, retries and the spend cap."""
+        """Judge every request; see the module docstring for caching, retries and the spend cap, and
+        ``providers.batch`` for ``mode="batch"``."""
         requests = list(requests)
         keys = [r.key for r in requests]
         if len(set(keys)) != len(keys):
             dup = next(k for k in keys if keys.count(k) > 1)
             raise InputError(f"judge requests: item key {dup} appears twice; give each judgement its own item")
         shas = [request_sha(self.provider, self.sampling, r) for r in requests]
+        if self.mode == "batch":
+            from ragassay.judges.providers.batch import judge_batched
+
+            return await judge_batched(self, requests, shas)
         cached, own = self._prefetch(requests, shas)
         writer = None if self.store is None else _Writer(self.store)
         state = _RunState(asyncio.Semaphore(self.concurrency), writer)
@@ -382,10 +460,9 @@ class JudgeClient:
         state.write(judgement.record)
         return judgement
 
-    def _worst_case(self, request: JudgeRequest) -> float:
-        size = len(request.system.encode("utf-8")) + len(request.user.encode("utf-8"))
-        size += len(json.dumps(request.verdict_type.json_schema()).encode("utf-8"))
-        return self.price.worst_case(size + _INPUT_OVERHEAD_TOKENS, self.sampling.max_tokens)
+    def _worst_case(self, request: JudgeRequest, price: Price | None = None) -> float:
+        return (price or self.price).worst_case(request_bytes(request) + _INPUT_OVERHEAD_TOKENS,
+                                                self.sampling.max_tokens)
 
     async def _call(self, request: JudgeRequest, sha: str, state: _RunState) -> Judgement:
         policy = self.retry
@@ -432,8 +509,8 @@ class JudgeClient:
                   request.key.query_id, request.key.item, attempts, reason)
         return Judgement(self._record(request, sha, "error", reason=reason, attempts=attempts))
 
-    def _judged(self, request: JudgeRequest, sha: str, response: Response, attempts: int, latency_ms: float
-                ) -> Judgement:
+    def _judged(self, request: JudgeRequest, sha: str, response: Response, attempts: int,
+                latency_ms: float | None, price: Price | None = None) -> Judgement:
         verdict: Verdict | None = None
         reason: str | None = None
         outcome: Outcome
@@ -443,7 +520,7 @@ class JudgeClient:
             outcome, reason = "truncated", f"output stopped at max_tokens={self.sampling.max_tokens}"
         else:
             outcome, verdict, reason = parse_verdict(request.verdict_type, response.text)
-        cost = self.price.cost(response.input_tokens, response.output_tokens, response.cached_tokens,
+        cost = (price or self.price).cost(response.input_tokens, response.output_tokens, response.cached_tokens,
                                response.cache_write_tokens)
         record = self._record(
             request, sha, outcome, reason=reason,
@@ -551,6 +628,7 @@ class _RunState:
 
 __all__ = [
     "FATAL_STATUS",
+    "BatchPolicy",
     "RETRYABLE_STATUS",
     "JudgeClient",
     "JudgeRun",
@@ -560,5 +638,6 @@ __all__ = [
     "Response",
     "RetryPolicy",
     "price_table",
+    "request_bytes",
     "retry_after_seconds",
 ]
