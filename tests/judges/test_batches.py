@@ -277,3 +277,35 @@ def test_mode_batch_flows_from_judge_yaml(tmp_path, fake_provider, store, run_id
         price_table({"m": {"input": 1, "output": 2, "batch_input": 0.5}})
     with pytest.raises(InputError, match="mode batch needs batch prices"):
         OpenAIJudge(Sampling("m"), {"m": Price(1.0, 2.0)}, api_key="x", mode="batch")
+
+
+def test_ragassay_judge_in_batch_mode_scores_like_sync_at_batch_prices(tmp_path, capsys, fake_provider,
+                                                                       monkeypatch):
+    from tests.judges.test_cli_judge import cli, judge_yaml, responder, write_run_traces
+
+    from ragassay.analysis.runner import load_inputs
+    from ragassay.golden import bundled_golden_source
+
+    monkeypatch.setenv("JUDGE_TEST_KEY", "sk-judge-test")
+    fake_provider.responder = responder
+    db = str(tmp_path / "r.duckdb")
+    traces = write_run_traces(tmp_path / "traces.jsonl", load_inputs(None, None))
+    code, _, err = cli(["score", str(traces), "--golden", str(bundled_golden_source()), "--store", db,
+                        "--name", "a", "--json"], capsys)
+    assert code == 0, err
+    cfg = judge_yaml(tmp_path, fake_provider, mode="batch",
+                     batch={"poll_interval_s": 0.01, "max_poll_interval_s": 0.02, "max_wait_s": 10},
+                     prices={"judge-m": {"input": 1.0, "output": 2.0, "batch_input": 0.5, "batch_output": 1.0}})
+    code, out, err = cli(["judge", "a", "--judge", str(cfg), "--store", db, "--json"], capsys)
+    assert code == 0, err
+    res = json.loads(out)
+    # The same numbers as the sync test of this command (tests/judges/test_cli_judge.py).
+    assert res["metrics"]["faithfulness"] == {"mean": 0.5, "defined": 3, "undefined": 1}
+    assert res["metrics"]["citation_recall"]["mean"] == 0.5
+    cost = res["cost"]
+    assert cost["batch_calls"] == cost["paid_calls"] == cost["calls"] == fake_provider.paid > 0
+    # Claims first, then the calls that depend on them: two batches, one after the other.
+    assert len(fake_provider.batches) == 2
+    # 1000 input tokens (no cached_input price, so cache reads cost the same) and 50 output tokens per call
+    # at the batch rates (0.5 and 1.0 USD per million).
+    assert cost["spend"] == pytest.approx(cost["calls"] * (1000 * 0.5 + 50 * 1.0) / 1e6)
