@@ -169,6 +169,8 @@ def test_gate_refuses_an_unvalidated_judge_until_a_validation_meets_the_floor(tm
     check = next(c for c in res["checks"] if c["name"] == "faithfulness")
     assert code == 0 and res["verdict"] == "WARN"
     assert check["status"] == "unvalidated" and "no validation record" in check["detail"]
+    code, out, _ = cli(gate[:-1], capsys)  # the terminal line says why the judge cannot decide
+    assert code == 0 and "WARN [unvalidated] statistical faithfulness" in " ".join(out.split())
     code, out, _ = cli(["compare", "a", "worse", "--store", db, "--json", "--resamples", "500"], capsys)
     comp = json.loads(out)
     assert comp["judge_validation"][0]["status"] == "unvalidated"

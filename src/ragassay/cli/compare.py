@@ -189,7 +189,9 @@ def print_gate(result) -> None:
     for note in result.notes:
         console.print(Text("  note: ", style="yellow") + Text(note))
     for c in result.checks:
+        status = getattr(c, "status", None)  # e.g. "unvalidated": a judge metric that cannot decide the build
         console.print(Text("  ") + Text(f"{c.verdict:4}", style=colour[c.verdict])
+                      + (Text(f" [{status}]", style="yellow") if status else Text(""))
                       + Text(f" {c.kind:11} {c.name}: {c.detail}"))
 
 
