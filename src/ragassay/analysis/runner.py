@@ -30,7 +30,7 @@ from ragassay.errors import InputError
 from ragassay.fsio import check_output_dir, make_dir, mark_output_dir
 from ragassay.golden import GOLDEN_FILE, GoldenSet, build_golden, bundled_golden_source, load_golden
 from ragassay.store import RunRecord, Store
-from ragassay.trace import RunHeader, Trace, TraceReader, TraceWriter
+from ragassay.trace import RunHeader, Trace, TraceWriter
 
 BATCH_QUERIES = 64
 MAX_EXAMPLES = 50
@@ -112,14 +112,32 @@ def _update_extra(store: Store, run_id: str, updates: dict[str, Any]) -> None:
                              [json.dumps(extra, sort_keys=True, default=str), run_id])
 
 
-def _write_scored(store: Store, run_id: str, scored: ScoredRun, keys: Sequence[tuple[str, int]],
-                  trace_by_key: dict) -> None:
+def _done_markers(keys: Sequence[tuple[str, int]], trace_by_key: dict) -> list[tuple[str, int, str, str | None]]:
+    """Query status per key: 'error' for a missing or failed trace (retried on resume), else 'done'."""
     done = []
     for k in keys:
         t = trace_by_key.get(k)
         status = "error" if t is None or t.outcome == "error" else "done"
         done.append((k[0], k[1], status, (t.error if t is not None else "no trace")))
-    store.write_batch(run_id, scored.columns, done=done)
+    return done
+
+
+def _write_scored(store: Store, run_id: str, scored: ScoredRun, keys: Sequence[tuple[str, int]],
+                  trace_by_key: dict) -> None:
+    store.write_batch(run_id, scored.columns, done=_done_markers(keys, trace_by_key))
+
+
+def _context_tokens_mean_of(values: Sequence[float]) -> float | None:
+    defined = [v for v in values if not math.isnan(v)]
+    return float(np.mean(defined)) if defined else None
+
+
+def _pin_error(traces_path: str | Path, mismatch: dict[str, dict[str, Any]]) -> str:
+    return "\n".join(
+        [f"{traces_path}:1: the trace header's {k} {v['traces']!r} differs from the golden set's "
+         f"{v['golden']!r}" for k, v in mismatch.items()]
+        + ["the traces were made against other data; score them with the matching golden set and corpus, "
+           "or pass --allow-pin-mismatch to score them anyway (recorded with the run)"])
 
 
 def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpus, golden: GoldenSet, *,
@@ -200,50 +218,19 @@ def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpu
 
 def score_traces_into_store(store: Store, traces_path: str | Path, corpus: Corpus, golden: GoldenSet, *,
                             options: ScoringOptions | None = None, name: str | None = None,
-                            allow_pin_mismatch: bool = False) -> tuple[str, dict]:
-    """Import another system's traces (JSONL), score them and store them as a run.
+                            allow_pin_mismatch: bool = False, batch_size: int | None = None,
+                            resume: str | None = None) -> tuple[str, dict]:
+    """Import another system's traces (JSONL), score them and store them as a run, batch by batch
+    (:mod:`ragassay.analysis.stream`: memory bounded by ``batch_size`` traces).
 
     Malformed records are counted (``schema_failures``) and listed, and every unit is validated against
     the corpus (``unit_failures``), never silently dropped. A header whose corpus digest or dataset version
     differs from the golden set's raises :class:`InputError` unless ``allow_pin_mismatch``; then the
-    mismatch is recorded in the run's ``extra["pin_mismatch"]``.
+    mismatch is recorded in the run's ``extra["pin_mismatch"]``. ``resume`` (a run id) finishes a killed
+    import of the same file into the same run.
     """
-    opt = options or ScoringOptions()
-    reader = TraceReader(traces_path)
-    traces = list(reader)
-    header, problems = reader.header, reader.problems
-    mismatch = _pin_mismatch(header, golden, corpus)
-    if mismatch and not allow_pin_mismatch:
-        raise InputError("\n".join(
-            [f"{traces_path}:1: the trace header's {k} {v['traces']!r} differs from the golden set's "
-             f"{v['golden']!r}" for k, v in mismatch.items()]
-            + ["the traces were made against other data; score them with the matching golden set and corpus, "
-               "or pass --allow-pin-mismatch to score them anyway (recorded with the run)"]))
-    config = header.config if header else {}
-    sha = header.config_sha if header else ""
-    unknown = sorted({t.query_id for t in traces if t.query_id not in golden})
-    trials = sorted({t.trial for t in traces}) or [0]
-    known = [t for t in traces if t.query_id in golden]
-    scored = score_traces(golden, known, header, opt, trials=trials, corpus=corpus, lines=reader.lines)
-    unit_messages = scored.unit_check.messages(traces_path)
-    ctx = [v for m, v in zip(scored.columns["metric"], scored.columns["value"], strict=True)
-           if m == "context_tokens" and not math.isnan(v)]
-    extra = {"schema_failures": len(problems),
-             "problems": [f"{traces_path}:{p.line}: {p.message}" for p in problems[:MAX_EXAMPLES]],
-             "unknown_queries": unknown,
-             "unit_failures": scored.unit_check.count,
-             "unit_failure_examples": unit_messages[:MAX_EXAMPLES],
-             "context_tokens_mean": float(np.mean(ctx)) if ctx else None,
-             "warnings": config_warnings(config)}
-    if mismatch:
-        extra["pin_mismatch"] = mismatch
-    rec = _record(name or (header.run_name if header else Path(traces_path).stem), golden, corpus, config, sha, opt,
-                  len(trials), f"traces:{traces_path}", extra)
-    run_id = store.create_run(rec)
-    keys = [(q.query_id, tr) for tr in trials for q in golden.queries]
-    _write_scored(store, run_id, scored, keys, {t.key: t for t in known})
-    store.finish_run(run_id, "complete")
-    return run_id, {"n_traces": len(traces), "schema_failures": len(problems), "unknown_queries": unknown,
-                    "missing": len(scored.missing), "problems": extra["problems"],
-                    "unit_failures": scored.unit_check.count, "unit_failure_examples": extra["unit_failure_examples"],
-                    "warnings": extra["warnings"], "pin_mismatch": mismatch}
+    from ragassay.analysis.stream import BATCH_TRACES, stream_score_into_store
+
+    return stream_score_into_store(store, traces_path, corpus, golden, options=options, name=name,
+                                   allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size or BATCH_TRACES,
+                                   resume=resume)

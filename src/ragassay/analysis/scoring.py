@@ -114,31 +114,35 @@ class Labels:
                                 for q in golden.queries}
 
 
-def _flatten(lists: Sequence[Sequence[Unit]]):
-    """Units of many ranked lists -> (list index, rank (1-based), doc_ids, starts, ends)."""
+def _tap_of_lists(idx: EvidenceIndex, query_codes: np.ndarray, lists: Sequence[Sequence[Unit]], rule: HitRule,
+                  bad: Sequence[set[int]] | None = None) -> _Tap:
+    """A :class:`_Tap` over unit objects; ``bad[i]`` holds the positions in list i that failed validation."""
     lengths = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
     total = int(lengths.sum())
-    owner = np.repeat(np.arange(len(lists)), lengths)
-    rank = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths) + 1
-    docs = [u.doc_id for x in lists for u in x]
+    dc = np.fromiter((idx.doc_codes.get(u.doc_id, -1) for x in lists for u in x), dtype=np.int64, count=total)
+    if bad is not None:
+        offsets = np.cumsum(lengths) - lengths
+        drop = [offsets[i] + p for i, ps in enumerate(bad) for p in ps if p < lengths[i]]
+        dc[np.asarray(drop, dtype=np.int64)] = -1
     starts = np.fromiter((u.start for x in lists for u in x), dtype=np.int64, count=total)
     ends = np.fromiter((u.end for x in lists for u in x), dtype=np.int64, count=total)
-    return lengths, owner, rank, docs, starts, ends
+    return _Tap(idx, query_codes, lengths, dc, starts, ends, rule)
 
 
 class _Tap:
-    """Span-credited grades and first-hit ranks for one ranked list per scored row."""
+    """Span-credited grades and first-hit ranks for one ranked list per scored row.
 
-    def __init__(self, idx: EvidenceIndex, query_codes: np.ndarray,
-                 lists: Sequence[Sequence[Unit]], rule: HitRule, bad: Sequence[set[int]] | None = None):
-        self.lengths, owner, rank, docs, starts, ends = _flatten(lists)
-        n_rows = len(lists)
-        dc = np.fromiter((idx.doc_codes.get(d, -1) for d in docs), dtype=np.int64, count=len(docs))
-        if bad is not None:
-            # a unit that failed validation keeps its rank but can hit nothing
-            offsets = np.cumsum(self.lengths) - self.lengths
-            drop = [offsets[i] + p for i, ps in enumerate(bad) for p in ps if p < self.lengths[i]]
-            dc[np.asarray(drop, dtype=np.int64)] = -1
+    ``lengths`` per row; per unit (row after row, in rank order) ``dc`` its evidence-index doc code (-1 for
+    a doc without evidence or a unit that failed validation: it keeps its rank but can hit nothing),
+    ``starts`` and ``ends``.
+    """
+
+    def __init__(self, idx: EvidenceIndex, query_codes: np.ndarray, lengths: np.ndarray, dc: np.ndarray,
+                 starts: np.ndarray, ends: np.ndarray, rule: HitRule):
+        self.lengths = lengths
+        n_rows = len(lengths)
+        owner = np.repeat(np.arange(n_rows), lengths)
+        rank = np.arange(len(dc)) - np.repeat(np.cumsum(lengths) - lengths, lengths) + 1
         qc = query_codes[owner]
         keys = np.where((dc >= 0) & (qc >= 0), qc * idx.n_docs + dc, -1)
         self._owner, self._rank, self._keys, self._starts, self._ends = owner, rank, keys, starts, ends
@@ -151,7 +155,7 @@ class _Tap:
         first[1:] = (row_of[1:] != row_of[:-1]) | (ev[1:] != ev[:-1])
         self.hit_row, self.hit_ev, self.hit_rank = row_of[first], ev[first], rank_of[first]
         # credited grade per unit: max grade among the spans it is the first to hit
-        credited = np.zeros(len(docs), dtype=np.float64)
+        credited = np.zeros(len(dc), dtype=np.float64)
         np.maximum.at(credited, unit[first], idx.grade[ev[first]])
         width = int(self.lengths.max(initial=0))
         self.grades = np.full((n_rows, width), np.nan)
@@ -224,7 +228,7 @@ def score_traces(golden: GoldenSet, traces: Iterable[Trace], header: RunHeader |
     def tap(lists, names) -> _Tap:
         bad = [check.bad_positions(k, nm) if rt is not None else set()
                for k, rt, nm in zip(rows, row_traces, names, strict=True)] if check.count else None
-        return _Tap(idx, query_codes, lists, rule, bad)
+        return _tap_of_lists(idx, query_codes, lists, rule, bad)
 
     def ranking(t: _Tap, metrics: list[str]) -> dict[str, np.ndarray]:
         gm = GradeMatrix(query_ids=np.asarray([f"{q}\x00{tr}" for q, tr in rows], dtype=object),

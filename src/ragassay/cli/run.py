@@ -169,9 +169,13 @@ def score(
     threshold: int = typer.Option(2, "--threshold"),
     gain: str = typer.Option("exp", "--gain"),
     allow_pin_mismatch: bool = PIN_OPT,
+    resume: str = typer.Option(None, "--resume", help="Finish an interrupted score of the same file (run id, "
+                               "prefix or name): rows already stored are kept, none is duplicated."),
+    batch_size: int = typer.Option(2048, "--batch-size", min=1, help="Traces read, scored and stored at a "
+                                   "time; memory grows with it."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Score another system's traces against a golden set and store them as a run."""
+    """Score another system's traces against a golden set and store them as a run, batch by batch."""
     from ragassay.analysis.runner import load_inputs, score_traces_into_store
     from ragassay.analysis.scoring import ScoringOptions
 
@@ -179,7 +183,8 @@ def score(
     corp, gs = load_inputs(corpus, golden)
     with Store.open(store) as st:
         run_id, info = score_traces_into_store(st, traces, corp, gs, options=opts, name=name,
-                                               allow_pin_mismatch=allow_pin_mismatch)
+                                               allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size,
+                                               resume=resume)
         _report(st, run_id, info, store, json_out)
 
 

@@ -7,17 +7,26 @@ returned as a :class:`Problem` with its 1-based line number, and strict mode rai
 
 from __future__ import annotations
 
+import gc
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import IO, NamedTuple
 
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import ValidationError
 
 from ragassay.errors import SchemaError
-from ragassay.trace.schema import RunHeader, Trace
+from ragassay.trace.schema import RunHeader, Trace, Unit, UnitColumns
 
 
 class Problem(NamedTuple):
@@ -34,6 +43,31 @@ def _first_error(exc: ValidationError) -> str:
         parts.append(f"{loc}: {err['msg']}")
     more = f" (+{exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
     return "; ".join(parts) + more
+
+
+def _parse_line(lineno: int, blob: bytes) -> tuple[dict | None, Problem | None, bool]:
+    """One JSONL line -> (object, problem, whether it counts as a record), as the standard json module
+    reads it: blank lines are not records; a line that is not UTF-8 or not a JSON object is a problem."""
+    try:
+        raw = blob.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, Problem(lineno, f"not UTF-8 (byte 0x{blob[exc.start]:02x} at column {exc.start + 1}); "
+                                     "re-encode the file as UTF-8"), True
+    if lineno == 1:
+        raw = raw.removeprefix("\ufeff")  # a byte-order mark some editors write
+    if not raw.strip():
+        return None, None, False
+    try:
+        rec = json.loads(raw)
+    except RecursionError:
+        return None, Problem(lineno, "JSON nested too deeply to read"), True
+    except ValueError as exc:  # JSONDecodeError, or an integer literal too long to convert
+        msg = (f"not valid JSON ({exc.msg} at column {exc.colno})"
+               if isinstance(exc, json.JSONDecodeError) else f"not valid JSON ({exc})")
+        return None, Problem(lineno, msg), True
+    if not isinstance(rec, dict):
+        return None, Problem(lineno, f"expected a JSON object, got {type(rec).__name__}"), True
+    return rec, None, True
 
 
 class TraceReader:
@@ -69,30 +103,11 @@ class TraceReader:
                               "permissions") from exc
         with fh:
             for lineno, blob in enumerate(fh, start=1):
-                try:
-                    raw = blob.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    self.n_records += 1
-                    self.problems.append(Problem(lineno, f"not UTF-8 (byte 0x{blob[exc.start]:02x} at column "
-                                                         f"{exc.start + 1}); re-encode the file as UTF-8"))
-                    continue
-                if lineno == 1:
-                    raw = raw.removeprefix("\ufeff")  # a byte-order mark some editors write
-                if not raw.strip():
-                    continue
-                self.n_records += 1
-                try:
-                    rec = json.loads(raw)
-                except RecursionError:
-                    self.problems.append(Problem(lineno, "JSON nested too deeply to read"))
-                    continue
-                except ValueError as exc:  # JSONDecodeError, or an integer literal too long to convert
-                    msg = (f"not valid JSON ({exc.msg} at column {exc.colno})"
-                           if isinstance(exc, json.JSONDecodeError) else f"not valid JSON ({exc})")
-                    self.problems.append(Problem(lineno, msg))
-                    continue
-                if not isinstance(rec, dict):
-                    self.problems.append(Problem(lineno, f"expected a JSON object, got {type(rec).__name__}"))
+                rec, problem, counted = _parse_line(lineno, blob)
+                self.n_records += counted
+                if problem is not None:
+                    self.problems.append(problem)
+                if rec is None:
                     continue
                 kind = rec.pop("type", None)
                 if kind == "header":
@@ -239,3 +254,296 @@ def write_traces(path: str | Path, header: RunHeader, traces: Iterable[Trace]) -
     with TraceWriter(path, header, mode="w") as w:
         w.write_all(traces)
     return Path(path)
+
+
+# ---- streaming, columnar reading ---------------------------------------------------------------------------
+
+_UNIT_KEYS = frozenset(Unit.model_fields)
+_LISTS = ("fused", "reranked", "packed", "cut")
+_BIG = 2**53
+
+
+@dataclass
+class TraceBatch:
+    """Consecutive valid traces of a file, their units as columns.
+
+    ``traces`` are the validated records with every unit list emptied (``reranked`` keeps None or []),
+    ``lines`` their file lines; ``units`` hold the units of every non-empty list, trace after trace in
+    :meth:`Trace.unit_lists` order; ``list_trace`` gives each list's trace index and ``tokens`` each unit's
+    token count (NaN where absent). ``span`` (first byte, end byte, first line) lets a reader replay it.
+    """
+
+    traces: list[Trace]
+    lines: list[int]
+    units: UnitColumns
+    list_trace: np.ndarray
+    tokens: np.ndarray
+    span: tuple[int, int, int]
+
+
+def _strip(rec: dict) -> dict:
+    """The record with every list of units emptied (values of the wrong kind are kept, to fail validation)."""
+    out = dict(rec)
+    br = rec.get("branches")
+    if isinstance(br, dict) and all(isinstance(v, list) for v in br.values()):
+        out["branches"] = dict.fromkeys(br, [])
+    for name in _LISTS:
+        if isinstance(rec.get(name), list):
+            out[name] = []
+    return out
+
+
+def _unit_lists(rec: dict) -> list[tuple[str, list]]:
+    out = [("branches." + name, us) for name, us in (rec.get("branches") or {}).items() if us]
+    out += [(name, rec[name]) for name in _LISTS if rec.get(name)]
+    return out
+
+
+def _is_int(v: object, lo: int, hi: int) -> bool:
+    return type(v) is int and lo <= v <= hi
+
+
+def _unit_ok(u: object) -> bool:
+    """The unit needs no coercion to pass :class:`Unit` (exact JSON types, in range, no unknown keys)."""
+    if type(u) is not dict or not _UNIT_KEYS.issuperset(u):
+        return False
+    uid, doc, score, text = u.get("unit_id"), u.get("doc_id"), u.get("score"), u.get("text")
+    rank, tokens = u.get("rank"), u.get("tokens")
+    return (type(uid) is str and bool(uid) and type(doc) is str and bool(doc)
+            and _is_int(u.get("start"), -_BIG, _BIG) and _is_int(u.get("end"), -_BIG, _BIG)
+            and (score is None or type(score) is float or _is_int(score, -2**63, 2**63 - 1))
+            and (rank is None or _is_int(rank, 1, _BIG)) and (text is None or type(text) is str)
+            and (tokens is None or _is_int(tokens, 0, _BIG)))
+
+
+def _column_ok(arr: pa.Array, kinds: tuple[str, ...], lo: int | None = None, hi: int | None = None,
+               nullable: bool = True) -> bool:
+    if not len(arr):
+        return True
+    t = arr.type
+    kind = ("null" if pa.types.is_null(t) else "int" if pa.types.is_int64(t) else "float"
+            if pa.types.is_float64(t) else "str" if pa.types.is_string(t) else "other")
+    if kind not in kinds or (not nullable and arr.null_count):
+        return False
+    if kind == "int" and len(arr) > arr.null_count and lo is not None:
+        mm = pc.min_max(arr).as_py()
+        return lo <= mm["min"] and mm["max"] <= hi
+    if kind == "str" and not nullable:
+        return pc.min(pc.utf8_length(arr)).as_py() >= 1
+    return True
+
+
+def _columns(cands: list[tuple[int, dict, Trace]]) -> tuple[UnitColumns, np.ndarray, np.ndarray] | set[int]:
+    """Unit columns of the candidate records, or the indices of records whose units need pydantic (a
+    whole-column check failed: a value of another JSON type, out of range, missing, or an unknown key)."""
+    keys, fields, lens, owners, flat = [], [], [], [], []
+    for ti, (_, rec, m) in enumerate(cands):
+        for name, us in _unit_lists(rec):
+            keys.append(m.key)
+            fields.append(name)
+            lens.append(len(us))
+            owners.append(ti)
+            flat.extend(us)
+    lengths = np.asarray(lens, dtype=np.int64)
+    try:
+        ok = all(map(_UNIT_KEYS.issuperset, flat))
+        uid, doc, start, end = (pa.array(list(map(itemgetter(k), flat))) for k in ("unit_id", "doc_id", "start", "end"))
+        score, rank, text, tokens = (pa.array(list(map(dict.get, flat, repeat(k))))
+                                     for k in ("score", "rank", "text", "tokens"))
+        ok = (ok and _column_ok(uid, ("str",), nullable=False) and _column_ok(doc, ("str",), nullable=False)
+              and _column_ok(start, ("int",), -_BIG, _BIG, False) and _column_ok(end, ("int",), -_BIG, _BIG, False)
+              and _column_ok(score, ("null", "int", "float")) and _column_ok(rank, ("null", "int"), 1, _BIG)
+              and _column_ok(text, ("null", "str")) and _column_ok(tokens, ("null", "int"), 0, _BIG))
+    except (KeyError, TypeError, ValueError, OverflowError, pa.ArrowException):
+        ok = False
+    if not ok:
+        owner = np.repeat(np.asarray(owners, dtype=np.int64), lengths)
+        return {int(owner[i]) for i, u in enumerate(flat) if not _unit_ok(u)}
+    has_score = score.is_valid().to_numpy(zero_copy_only=False) if len(score) else np.zeros(0, dtype=bool)
+    cols = UnitColumns(keys=keys, fields=fields, lengths=lengths, unit_id=uid.to_pylist(), doc_id=doc.to_pylist(),
+                       start=start.to_numpy(zero_copy_only=False).astype(np.int64),
+                       end=end.to_numpy(zero_copy_only=False).astype(np.int64),
+                       score=pc.fill_null(pc.cast(score, pa.float64()), math.nan).to_numpy(zero_copy_only=False)
+                       if len(score) else np.zeros(0),
+                       has_score=has_score, text=text.to_pylist() if text.null_count < len(text) else None)
+    tok = (pc.fill_null(pc.cast(tokens, pa.float64()), math.nan).to_numpy(zero_copy_only=False) if len(tokens)
+           else np.zeros(0))
+    return cols, np.asarray(owners, dtype=np.int64), tok
+
+
+class TraceBatchReader:
+    """Read a trace file in batches of columns: the problems, header and line map of :class:`TraceReader`,
+    record for record, at a fraction of its cost.
+
+    Each line is parsed with orjson; the record without its units is validated by :class:`Trace` (cheap),
+    and the units of the whole batch are checked as columns for exact JSON types and ranges. Only a record
+    that fails a check, or a line orjson rejects (e.g. the NaN literal Python's json accepts), goes the
+    :class:`TraceReader` way (json module, full pydantic model), so the outcome and every problem message
+    are the same. Memory is bounded by the batch (plus the (query, trial) -> line map).
+    """
+
+    def __init__(self, path: str | Path, batch_size: int = 2048):
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self._plain = TraceReader(path)  # path checks and the problem/line bookkeeping
+        self.path, self.batch_size = self._plain.path, batch_size
+        self.header: RunHeader | None = None
+        self.problems: list[Problem] = []
+        self.lines: dict[tuple[str, int], int] = {}
+        self.n_records = 0
+        self.n_traces = 0
+        self._header_reported = False
+
+    def _open(self):
+        try:
+            return self.path.open("rb")
+        except OSError as exc:
+            raise SchemaError(f"{self.path}: cannot read the trace file ({exc.strerror}); check its "
+                              "permissions") from exc
+
+    def __iter__(self) -> Iterator[TraceBatch]:
+        with self._open() as fh:
+            pending: list[tuple[int, bytes]] = []
+            offset = first = 0
+            for lineno, blob in enumerate(fh, start=1):
+                if not pending:
+                    first = offset
+                pending.append((lineno, blob))
+                offset += len(blob)
+                if len(pending) >= self.batch_size:
+                    yield self._batch(pending, (first, offset, pending[0][0]), replay=False)
+                    pending = []
+            if pending:
+                yield self._batch(pending, (first, offset, pending[0][0]), replay=False)
+        if self.header is None and not self._header_reported and self.n_records:
+            self.problems.insert(0, Problem(1, "no header record on line 1; run pins are unknown"))
+
+    def replay(self, span: tuple[int, int, int]) -> TraceBatch:
+        """The batch at ``span`` again (the same traces, no new problems), e.g. to score it once more."""
+        with self._open() as fh:
+            fh.seek(span[0])
+            data = fh.read(span[1] - span[0])
+        blobs = data.splitlines(keepends=True)
+        return self._batch([(span[2] + i, b) for i, b in enumerate(blobs)], span, replay=True)
+
+    def _batch(self, pending: list[tuple[int, bytes]], span: tuple[int, int, int], replay: bool) -> TraceBatch:
+        problems: list[Problem] = []
+        cands: list[tuple[int, dict, Trace]] = []
+        blobs = dict(pending)
+        was_enabled = gc.isenabled()
+        gc.disable()  # parsing allocates millions of acyclic dicts; generation scans would free nothing
+        try:
+            for lineno, blob in pending:
+                try:
+                    rec = orjson.loads(blob)
+                    counted = True
+                except orjson.JSONDecodeError:
+                    rec, problem, counted = _parse_line(lineno, blob)
+                    if problem is not None:
+                        problems.append(problem)
+                if type(rec) is not dict:
+                    if rec is not None:
+                        problems.append(Problem(lineno, f"expected a JSON object, got {type(rec).__name__}"))
+                    if not replay:
+                        self.n_records += counted
+                    continue
+                if not replay:
+                    self.n_records += counted
+                kind = rec.pop("type", None)
+                if kind == "header":
+                    if not replay:
+                        self._read_header(lineno, rec, problems)
+                    continue
+                if kind != "trace":
+                    problems.append(Problem(lineno, f"unknown record type {kind!r}; expected 'header' or 'trace'"))
+                    continue
+                try:
+                    cands.append((lineno, rec, Trace.model_validate(_strip(rec))))
+                except ValidationError:
+                    self._slow(lineno, blobs[lineno], cands, problems)
+            cols = self._validated(cands, problems, blobs)
+            keep = []
+            for i, (lineno, _, m) in enumerate(cands):
+                if replay:
+                    if self.lines.get(m.key) == lineno:
+                        keep.append(i)
+                elif m.key in self.lines:
+                    problems.append(Problem(lineno, f"duplicate trace for query {m.query_id!r} trial {m.trial} "
+                                                    f"(first at line {self.lines[m.key]}); skipped"))
+                else:
+                    self.lines[m.key] = lineno
+                    keep.append(i)
+            if len(keep) < len(cands):
+                cands = [cands[i] for i in keep]
+                cols = self._validated(cands, problems, blobs)
+        finally:
+            if was_enabled:
+                gc.enable()
+        if not replay:
+            problems.sort(key=lambda p: p.line)
+            self.problems.extend(problems)
+            self.n_traces += len(cands)
+        units, list_trace, tokens = cols
+        return TraceBatch([m for _, _, m in cands], [ln for ln, _, _ in cands], units, list_trace, tokens, span)
+
+    def _read_header(self, lineno: int, rec: dict, problems: list[Problem]) -> None:
+        if lineno != 1 or self.header is not None:
+            problems.append(Problem(lineno, "header record after the first line; ignored"))
+            return
+        try:
+            self.header = RunHeader.model_validate(rec)
+        except ValidationError as exc:
+            self._header_reported = True
+            problems.append(Problem(lineno, "bad header: " + _first_error(exc)))
+
+    @staticmethod
+    def _slow(lineno: int, blob: bytes, cands: list, problems: list[Problem]) -> None:
+        """Read one line as :class:`TraceReader` does (the json module: orjson turns integers beyond 64 bits
+        into floats) and validate it with the full model: a problem, or its coerced values as JSON types."""
+        rec, _, _ = _parse_line(lineno, blob)
+        rec.pop("type", None)
+        try:
+            full = Trace.model_validate(rec)
+        except ValidationError as exc:
+            problems.append(Problem(lineno, _first_error(exc)))
+            return
+        dumped = full.model_dump()
+        cands.append((lineno, dumped, Trace.model_validate(_strip(dumped))))
+
+    def _validated(self, cands: list, problems: list[Problem],
+                   blobs: dict[int, bytes]) -> tuple[UnitColumns, np.ndarray, np.ndarray]:
+        """Columns of the candidates; records failing a unit or packed-token check are re-validated one by
+        one (and ``cands`` edited in place) until every remaining record passes."""
+        while True:
+            got = _columns(cands)
+            if isinstance(got, set):
+                bad = got
+                if not bad:  # a column check no single unit fails would loop forever
+                    raise RuntimeError("unit columns failed a check that every unit passes")
+            else:
+                cols, list_trace, tokens = got
+                bad = _packed_mismatch(cands, cols, list_trace, tokens)
+                if not bad:
+                    return got
+            keep = [c for i, c in enumerate(cands) if i not in bad]
+            for i in sorted(bad):
+                self._slow(cands[i][0], blobs[cands[i][0]], keep, problems)
+            keep.sort(key=lambda c: c[0])
+            cands[:] = keep
+
+
+def _packed_mismatch(cands: list, cols: UnitColumns, list_trace: np.ndarray, tokens: np.ndarray) -> set[int]:
+    """Records whose packed units all carry token counts that do not sum to ``packed_tokens``."""
+    packed = np.asarray([f == "packed" for f in cols.fields], dtype=bool)
+    if not packed.any():
+        return set()
+    unit_trace = np.repeat(list_trace, cols.lengths)
+    in_packed = np.repeat(packed, cols.lengths)
+    n = len(cands)
+    tok = np.where(np.isnan(tokens), 0, tokens)
+    total = np.bincount(unit_trace[in_packed], weights=tok[in_packed], minlength=n)
+    unknown = np.bincount(unit_trace[in_packed], weights=np.isnan(tokens[in_packed]), minlength=n)
+    has = np.zeros(n, dtype=bool)
+    has[list_trace[packed]] = True
+    want = np.fromiter((m.packed_tokens for _, _, m in cands), dtype=np.float64, count=n)
+    return {int(i) for i in np.flatnonzero(has & (unknown == 0) & (total != want))}

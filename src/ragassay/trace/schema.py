@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import numpy as np
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import ragassay
@@ -237,6 +238,7 @@ class UnitCheck:
     """The outcome of :func:`validate_units`: every failure, and which units scoring must not credit."""
 
     failures: list[UnitFailure] = field(default_factory=list)
+    bad_mask: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False)
     _bad: dict[tuple[str, int, str], set[int]] = field(default_factory=dict, repr=False)
 
     @property
@@ -269,6 +271,51 @@ def _texts(corpus: Any) -> tuple[Mapping[str, Any], bool]:
     return docs, not isinstance(first, str)
 
 
+@dataclass
+class UnitColumns:
+    """Units of many ranked lists as parallel columns, list after list, each list in rank order.
+
+    Per list: ``keys`` (the owning trace's (query_id, trial)), ``fields`` (``branches.<name>``, fused, ...)
+    and ``lengths``. Per unit: ``unit_id`` and ``doc_id`` (sequences of str), ``start``, ``end`` (int64),
+    ``score`` (float64, NaN where absent, with ``has_score``) and ``text`` (None where absent; the whole
+    column None when no unit has text). Readers build these straight from parsed JSON; traces build them
+    with :meth:`from_traces`.
+    """
+
+    keys: Sequence[tuple[str, int]]
+    fields: Sequence[str]
+    lengths: np.ndarray
+    unit_id: Sequence[str]
+    doc_id: Sequence[str]
+    start: np.ndarray
+    end: np.ndarray
+    score: np.ndarray
+    has_score: np.ndarray
+    text: Sequence[str | None] | None
+
+    @classmethod
+    def from_traces(cls, traces: Sequence[Trace]) -> UnitColumns:
+        lists = [(t.key, name, units) for t in traces for name, units in t.unit_lists() if units]
+        units = [u for _, _, us in lists for u in us]
+        n = len(units)
+        texts = [u.text for u in units]
+        return cls(keys=[k for k, _, _ in lists], fields=[f for _, f, _ in lists],
+                   lengths=np.fromiter((len(us) for _, _, us in lists), dtype=np.int64, count=len(lists)),
+                   unit_id=[u.unit_id for u in units], doc_id=[u.doc_id for u in units],
+                   start=np.fromiter((u.start for u in units), dtype=np.int64, count=n),
+                   end=np.fromiter((u.end for u in units), dtype=np.int64, count=n),
+                   score=np.fromiter((math.nan if u.score is None else u.score for u in units), dtype=np.float64,
+                                     count=n),
+                   has_score=np.fromiter((u.score is not None for u in units), dtype=bool, count=n),
+                   text=texts if any(x is not None for x in texts) else None)
+
+
+def _codes(values: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+    """Dense integer codes and the distinct values, by first appearance (a hash pass, no string sort)."""
+    enc = pa.array(values, type=pa.string()).dictionary_encode()
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+
+
 def validate_units(traces: Sequence[Trace], corpus: Any,
                    lines: Mapping[tuple[str, int], int] | None = None) -> UnitCheck:
     """Check every unit of every trace against the corpus, in array passes over the whole run.
@@ -282,27 +329,25 @@ def validate_units(traces: Sequence[Trace], corpus: Any,
     offsets when it equals the raw text there); a NaN or infinite ``score``; the same unit (same unit_id,
     or same doc, start and end) earlier in the same list. Every unit is counted once.
     """
+    return validate_unit_columns(UnitColumns.from_traces(traces), corpus, lines)
+
+
+def validate_unit_columns(cols: UnitColumns, corpus: Any,
+                          lines: Mapping[tuple[str, int], int] | None = None) -> UnitCheck:
+    """:func:`validate_units` on columns; the result's ``bad_mask`` flags the failing units in column order."""
     docs, rich = _texts(corpus)
-    lists = [(t, name, units) for t in traces for name, units in t.unit_lists() if units]
-    units = [u for _, _, us in lists for u in us]
-    n = len(units)
+    n = len(cols.start)
     check = UnitCheck()
+    check.bad_mask = np.zeros(n, dtype=bool)
     if not n:
         return check
-    lengths = np.fromiter((len(us) for _, _, us in lists), dtype=np.int64, count=len(lists))
-    owner = np.repeat(np.arange(len(lists)), lengths)
+    lengths = cols.lengths
+    owner = np.repeat(np.arange(len(lengths)), lengths)
     pos = np.arange(n) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    # dense integer codes by first appearance: one dict pass, cheaper than sorting an array of strings
-    doc_codes: dict[str, int] = {}
-    doc_code = np.fromiter((doc_codes.setdefault(u.doc_id, len(doc_codes)) for u in units), dtype=np.int64,
-                           count=n)
-    doc_names = list(doc_codes)
+    doc_code, doc_names = _codes(cols.doc_id)
     found = [docs.get(d) for d in doc_names]
     doc_len = np.array([-1 if d is None else len(d.text if rich else d) for d in found], dtype=np.int64)
-    start = np.fromiter((u.start for u in units), dtype=np.int64, count=n)
-    end = np.fromiter((u.end for u in units), dtype=np.int64, count=n)
-    score = np.fromiter((math.nan if u.score is None else u.score for u in units), dtype=np.float64, count=n)
-    has_score = np.fromiter((u.score is not None for u in units), dtype=bool, count=n)
+    start, end, score = cols.start, cols.end, cols.score
     length = doc_len[doc_code]
 
     reason = np.zeros(n, dtype=np.int8)  # 0 = fine; otherwise the first failing check, numbered below
@@ -314,18 +359,17 @@ def validate_units(traces: Sequence[Trace], corpus: Any,
     flag(2, start < 0)
     flag(3, end < start)
     flag(4, end > length)
-    with_text = np.flatnonzero((reason == 0) & np.fromiter((u.text is not None for u in units), dtype=bool,
-                                                          count=n))
     text_bad = np.zeros(n, dtype=bool)
-    for i in with_text:
-        d, u = found[doc_code[i]], units[i]
-        text_bad[i] = (d.text if rich else d)[u.start:u.end] != u.text
+    if cols.text is not None:
+        texts = cols.text
+        for i in np.flatnonzero(reason == 0):
+            if texts[i] is not None:
+                d = found[doc_code[i]]
+                text_bad[i] = (d.text if rich else d)[start[i]:end[i]] != texts[i]
     flag(5, text_bad)
-    flag(6, has_score & ~np.isfinite(score))
+    flag(6, cols.has_score & ~np.isfinite(score))
     # repeats within one list: the same unit_id, or the same (doc, start, end), after its first occurrence
-    uid_codes: dict[str, int] = {}
-    uid_code = np.fromiter((uid_codes.setdefault(u.unit_id, len(uid_codes)) for u in units), dtype=np.int64,
-                           count=n)
+    uid_code, _ = _codes(cols.unit_id)
     first_of = np.full(n, -1, dtype=np.int64)
     for keys in ((owner, uid_code), (owner, doc_code, start, end)):
         order = np.lexsort((pos, *reversed(keys)))
@@ -337,33 +381,33 @@ def validate_units(traces: Sequence[Trace], corpus: Any,
     flag(7, first_of >= 0)
 
     for i in np.flatnonzero(reason):
-        t, name, _ = lists[owner[i]]
-        u, code = units[i], int(reason[i])
+        name, key, code = cols.fields[owner[i]], cols.keys[owner[i]], int(reason[i])
+        uid, doc, s, e = cols.unit_id[i], cols.doc_id[i], int(start[i]), int(end[i])
         d = found[doc_code[i]]
         if code == 1:
-            msg = f"doc {u.doc_id!r} is not in the corpus{_doc_hint(u.doc_id, docs)}"
+            msg = f"doc {doc!r} is not in the corpus{_doc_hint(doc, docs)}"
         elif code == 2:
-            msg = f"start {u.start} is negative; offsets count canonical characters from 0"
+            msg = f"start {s} is negative; offsets count canonical characters from 0"
         elif code == 3:
-            msg = f"end {u.end} < start {u.start}"
+            msg = f"end {e} < start {s}"
         elif code == 4:
-            msg = f"span [{u.start}, {u.end}) runs past the end of doc {u.doc_id!r} ({int(length[i])} characters)"
-            if rich and u.end <= len(d.raw):
+            msg = f"span [{s}, {e}) runs past the end of doc {doc!r} ({int(length[i])} characters)"
+            if rich and e <= len(d.raw):
                 msg += f"; {RAW_OFFSETS_HINT}"
         elif code == 5:
-            canon = d.text if rich else d
-            msg = f"text does not match the canonical text of doc {u.doc_id!r} at [{u.start}, {u.end})"
-            if len(u.text) != u.end - u.start:
-                msg += f" (text has {len(u.text)} characters, the span {u.end - u.start})"
-            if rich and d.raw[u.start:u.end] == u.text and d.raw != canon:
+            canon, text = (d.text if rich else d), cols.text[i]
+            msg = f"text does not match the canonical text of doc {doc!r} at [{s}, {e})"
+            if len(text) != e - s:
+                msg += f" (text has {len(text)} characters, the span {e - s})"
+            if rich and d.raw[s:e] == text and d.raw != canon:
                 msg += f"; {RAW_OFFSETS_HINT}"
         elif code == 6:
-            msg = f"score {u.score} is not a finite number"
+            msg = f"score {float(score[i])} is not a finite number"
         else:
-            msg = (f"unit {u.unit_id!r} repeats {name}[{int(first_of[i])}] (same unit_id or same span); a list "
+            msg = (f"unit {uid!r} repeats {name}[{int(first_of[i])}] (same unit_id or same span); a list "
                    "may name each unit once")
-        key = t.key
         check.failures.append(UnitFailure(key[0], key[1], name, int(pos[i]), msg,
                                           lines.get(key) if lines is not None else None))
         check._bad.setdefault((key[0], key[1], name), set()).add(int(pos[i]))
+    check.bad_mask = reason > 0
     return check

@@ -1,0 +1,379 @@
+"""Streaming `score`: a trace file scored batch by batch into the store, memory bounded by the batch.
+
+Batches come from :class:`~ragassay.trace.io.TraceBatchReader` as columns (no pydantic object per unit),
+are validated against the corpus with :func:`~ragassay.trace.schema.validate_unit_columns`, scored with
+the same span-credited taps and ranking kernels as :func:`~ragassay.analysis.scoring.score_traces`, and
+written with :meth:`Store.write_batch` (one transaction per batch). The stored rows, query status and run
+extras equal those of scoring the whole file at once (tested), including every problem and count:
+
+- Which metrics a run has depends on the structure of all its traces (branch names, a reranker, a
+  generator). A batch that reveals more structure than the batches before it re-reads and re-scores
+  those (rows are replaced, never duplicated); in a consistent file this happens at most in batch one.
+- Golden (query, trial) pairs without a trace are scored as empty after the last batch.
+- A killed `score` leaves its run 'running'; ``resume=run_id`` reads the file again, skips writing the
+  batches already marked done and ends with the same rows as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ragassay.analysis.scoring import (
+    Labels,
+    ScoringOptions,
+    _final_k,
+    _generation_rows,
+    _judged_matrix,
+    _Tap,
+)
+from ragassay.errors import InputError
+from ragassay.golden import GoldenSet, HitRule
+from ragassay.metrics import GradeMatrix, evaluate
+from ragassay.trace.io import TraceBatch, TraceBatchReader
+from ragassay.trace.schema import Trace, UnitCheck, UnitColumns, validate_unit_columns
+
+BATCH_TRACES = 2048
+_RESUME_PINS = ("source", "config_sha", "dataset_version", "corpus_digest", "metric_version",
+                "hit_rule", "relevance_threshold", "gain", "ties")
+MAX_EXAMPLES = 50
+
+
+@dataclass
+class Structure:
+    """What the traces of a run contain; it decides which metrics every row gets (see score_traces)."""
+
+    branches: set[str] = field(default_factory=set)
+    retrieval: bool = False
+    rerank: bool = False
+    generation: bool = False
+    outcome: bool = False
+
+    def grow(self, part: _Known) -> bool:
+        """Add a batch's structure; True when the metric set changed."""
+        before = (len(self.branches), self.retrieval, self.rerank, self.generation, self.outcome)
+        for m in part.traces:
+            self.branches.update(m.branches)
+        has_fused, has_packed = part.has_list("fused"), part.has_list("packed")
+        self.retrieval |= any(f or bool(m.branches) for m, f in zip(part.traces, has_fused, strict=True))
+        self.rerank |= any(m.reranked is not None for m in part.traces)
+        self.generation |= any(m.outcome is not None or p for m, p in zip(part.traces, has_packed, strict=True))
+        self.outcome |= any(m.outcome is not None for m in part.traces)
+        return before != (len(self.branches), self.retrieval, self.rerank, self.generation, self.outcome)
+
+
+@dataclass
+class _Known:
+    """The traces of a batch whose query is in the golden set, with their units."""
+
+    traces: list[Trace]
+    units: UnitColumns
+    list_trace: np.ndarray
+    tokens: np.ndarray
+
+    @classmethod
+    def of(cls, batch: TraceBatch, golden: GoldenSet) -> _Known:
+        keep = np.fromiter((m.query_id in golden for m in batch.traces), dtype=bool, count=len(batch.traces))
+        if keep.all():
+            return cls(batch.traces, batch.units, batch.list_trace, batch.tokens)
+        u = batch.units
+        new_index = np.cumsum(keep) - 1
+        lists = np.flatnonzero(keep[batch.list_trace]) if len(batch.list_trace) else np.zeros(0, dtype=np.int64)
+        unit_mask = np.repeat(keep[batch.list_trace], u.lengths) if len(u.lengths) else np.zeros(0, dtype=bool)
+        idx = np.flatnonzero(unit_mask)
+        cols = UnitColumns(keys=[u.keys[i] for i in lists], fields=[u.fields[i] for i in lists],
+                           lengths=u.lengths[lists], unit_id=[u.unit_id[i] for i in idx],
+                           doc_id=[u.doc_id[i] for i in idx], start=u.start[idx], end=u.end[idx],
+                           score=u.score[idx], has_score=u.has_score[idx],
+                           text=None if u.text is None else [u.text[i] for i in idx])
+        return cls([m for m, k in zip(batch.traces, keep, strict=True) if k], cols,
+                   new_index[batch.list_trace[lists]], batch.tokens[idx])
+
+    def has_list(self, name: str) -> np.ndarray:
+        out = np.zeros(len(self.traces), dtype=bool)
+        sel = np.asarray([f == name for f in self.units.fields], dtype=bool)
+        out[self.list_trace[sel]] = True
+        return out
+
+    @classmethod
+    def empty(cls) -> _Known:
+        z = np.zeros(0, dtype=np.int64)
+        return cls([], UnitColumns([], [], z, [], [], z, z, np.zeros(0), np.zeros(0, dtype=bool), None), z,
+                   np.zeros(0))
+
+
+def _column_table(rows: list[tuple[str, int]], metric_names: list[str], values: list[np.ndarray],
+                  per_row: dict[str, pa.Array]) -> pa.Table:
+    """Result rows, metric-major as score_traces emits them, built with Arrow takes instead of lists."""
+    n, m = len(rows), len(metric_names)
+    tile = pa.array(np.tile(np.arange(n, dtype=np.int64), m))
+    cols = {"query_id": pa.array([q for q, _ in rows], pa.string()).take(tile),
+            "trial": pa.array(np.asarray([t for _, t in rows], dtype=np.int32)).take(tile),
+            "metric": pa.DictionaryArray.from_arrays(pa.array(np.repeat(np.arange(m, dtype=np.int32), n)),
+                                                     pa.array(metric_names, pa.string())).cast(pa.string()),
+            "value": pa.array(np.concatenate(values) if values else np.zeros(0))}
+    for k, v in per_row.items():
+        cols[k] = v.take(tile)
+    return pa.table(cols)
+
+
+def _floats(values: np.ndarray) -> pa.Array:
+    return pa.array(values, mask=np.isnan(values))
+
+
+def score_known(golden: GoldenSet, labels: Labels, part: _Known, rows: list[tuple[str, int]],
+                row_trace: np.ndarray, structure: Structure, final_k: int, bad: np.ndarray,
+                doc_lengths: dict[str, int] | None) -> tuple[pa.Table, np.ndarray]:
+    """Rows for ``rows`` (trace index per row in ``row_trace``, -1 = no trace) and each row's
+    context_tokens. ``bad`` flags the units that failed validation (credited with nothing)."""
+    opt = labels.options
+    rule = HitRule.parse(opt.hit_rule)
+    idx, relevant_ev = labels.index, labels.relevant_ev
+    n = len(rows)
+    query_codes = np.fromiter((idx.query_codes[q] for q, _ in rows), dtype=np.int64, count=n)
+    n_rel = labels.n_rel_by_query[query_codes]
+    traces = part.traces
+    present = row_trace >= 0
+    trace_row = np.full(len(traces), -1, dtype=np.int64)
+    trace_row[row_trace[present]] = np.flatnonzero(present)
+    u = part.units
+    doc_code_of = np.asarray([idx.doc_codes.get(d, -1) for d in dict.fromkeys(u.doc_id)] or [-1], dtype=np.int64)
+    first = {d: i for i, d in enumerate(dict.fromkeys(u.doc_id))}
+    dc_all = doc_code_of[np.fromiter((first[d] for d in u.doc_id), dtype=np.int64, count=len(u.doc_id))] \
+        if len(u.doc_id) else np.zeros(0, dtype=np.int64)
+    dc_all = np.where(bad, -1, dc_all) if len(bad) else dc_all
+    fields = np.asarray(u.fields, dtype=object)
+    list_row = trace_row[part.list_trace] if len(part.list_trace) else np.zeros(0, dtype=np.int64)
+    unit_list = np.repeat(np.arange(len(u.lengths)), u.lengths)
+
+    def tap(select: np.ndarray) -> _Tap:
+        """A tap over the lists ``select`` (at most one per row)."""
+        sel = select & (list_row >= 0)
+        lengths = np.zeros(n, dtype=np.int64)
+        lengths[list_row[sel]] = u.lengths[sel]
+        um = sel[unit_list] if len(unit_list) else np.zeros(0, dtype=bool)
+        units = np.flatnonzero(um)
+        order = units[np.argsort(list_row[unit_list[units]], kind="stable")]
+        return _Tap(idx, query_codes, lengths, dc_all[order], u.start[order], u.end[order], rule)
+
+    def field_is(name: str) -> np.ndarray:
+        return fields == name if len(fields) else np.zeros(0, dtype=bool)
+
+    names: list[str] = []
+    values: list[np.ndarray] = []
+
+    def emit(metric: str, v: np.ndarray) -> None:
+        names.append(metric)
+        values.append(np.asarray(v, dtype=np.float64))
+
+    missing = ~present
+    for b in sorted(structure.branches):
+        emit(f"recall@{b}_depth", tap(field_is(f"branches.{b}")).recall_at(np.inf, relevant_ev, n_rel))
+    fused = tap(field_is("fused"))
+    if structure.retrieval:
+        emit("recall@fusion_depth", fused.recall_at(np.inf, relevant_ev, n_rel))
+    reranked_trace = np.fromiter((m.reranked is not None for m in traces), dtype=bool, count=len(traces))
+    if structure.rerank:
+        has_rr = reranked_trace[part.list_trace] if len(part.list_trace) else np.zeros(0, dtype=bool)
+        final = tap((field_is("reranked") & has_rr) | (field_is("fused") & ~has_rr))
+    else:
+        final = fused
+    if structure.retrieval:
+        for k in opt.cutoffs:
+            emit(f"recall@{k}", final.recall_at(k, relevant_ev, n_rel))
+        gm = GradeMatrix(query_ids=np.asarray([f"{q}\x00{tr}" for q, tr in rows], dtype=object),
+                         grades=final.grades if final.grades.shape[1] else np.full((n, 1), np.nan),
+                         lengths=final.lengths, judged=_judged_matrix([labels.judged_by_query[q] for q, _ in rows]),
+                         missing=missing)
+        want = ([f"ndcg@{k}" for k in opt.cutoffs] + [f"precision@{k}" for k in opt.cutoffs]
+                + [f"ndcg@{final_k}", f"rr@{final_k}", f"success@{final_k}"])
+        ranked = {str(m): r.values for m, r in evaluate(gm, want, opt.semantics()).items()}
+        for k in opt.cutoffs:
+            emit(f"ndcg@{k}", ranked[f"ndcg@{k}"])
+        for k in opt.cutoffs:
+            emit(f"precision@{k}", ranked[f"precision@{k}"])
+        emit("recall@final_k", final.recall_at(final_k, relevant_ev, n_rel))
+        emit("ndcg@final_k", ranked[f"ndcg@{final_k}"])
+        emit("rr@final_k", ranked[f"rr@{final_k}"])
+        emit("success@final_k", ranked[f"success@{final_k}"])
+    if structure.rerank:
+        pre = fused.recall_at(final_k, relevant_ev, n_rel)
+        post = final.recall_at(final_k, relevant_ev, n_rel)
+        defined = n_rel > 0
+        pre_hit, post_hit = pre > 0, post > 0
+        for name, mask in (("rerank_rescued", post_hit & ~pre_hit), ("rerank_broke", pre_hit & ~post_hit),
+                           ("rerank_kept", pre_hit & post_hit), ("rerank_missed_both", ~pre_hit & ~post_hit)):
+            emit(name, np.where(defined, mask.astype(np.float64), np.nan))
+
+    # per-trace facts, lifted to rows
+    n_lists = np.bincount(part.list_trace, minlength=len(traces)) if len(traces) else np.zeros(0, dtype=np.int64)
+    packed_sel = field_is("packed")
+    has_packed = np.zeros(len(traces), dtype=bool)
+    has_packed[part.list_trace[packed_sel]] = True
+    unit_trace = part.list_trace[unit_list] if len(unit_list) else np.zeros(0, dtype=np.int64)
+    in_packed = packed_sel[unit_list] if len(unit_list) else np.zeros(0, dtype=bool)
+    unknown_tokens = np.bincount(unit_trace[in_packed], weights=np.isnan(part.tokens[in_packed]),
+                                 minlength=len(traces)) if len(traces) else np.zeros(0)
+    ctx_tokens = np.zeros(n)
+    for i in np.flatnonzero(present):
+        ti = row_trace[i]
+        m = traces[ti]
+        if m.outcome == "error":
+            continue
+        if m.packed_tokens or (has_packed[ti] and unknown_tokens[ti] == 0):
+            ctx_tokens[i] = float(m.packed_tokens)
+        elif has_packed[ti] or n_lists[ti] == 0:
+            ctx_tokens[i] = math.nan
+    if structure.generation:
+        silent = np.zeros(n, dtype=bool)
+        for i in np.flatnonzero(present):
+            ti = row_trace[i]
+            silent[i] = traces[ti].outcome != "error" and n_lists[ti] == 0
+        context = tap(packed_sel)
+        emit("recall@context", np.where(silent, np.nan, context.recall_at(np.inf, relevant_ev, n_rel)))
+        emit("context_tokens", ctx_tokens)
+    if structure.outcome:
+        row_traces: list[Any] = [None] * n
+        for i in np.flatnonzero(present):
+            m = traces[row_trace[i]]
+            row_traces[i] = _with_packed(m, part, row_trace[i]) if m.citations else m
+        for name, v in _generation_rows(golden, rows, row_traces, doc_lengths):
+            emit(name, v)
+
+    judged = final.judged_fraction(idx, final_k)
+
+    def per_trace(get, typ) -> pa.Array:
+        return pa.array([get(traces[t]) if t >= 0 else None for t in row_trace], typ)
+
+    per_row = {"stratum": pa.array([golden[q].stratum for q, _ in rows], pa.string()),
+               "judged_fraction": _floats(judged),
+               "latency_ms": per_trace(lambda m: m.durations_ms.get("total"), pa.float64()),
+               "tokens_in": per_trace(lambda m: m.tokens_in, pa.int64()),
+               "tokens_out": per_trace(lambda m: m.tokens_out, pa.int64()),
+               "cost": per_trace(lambda m: m.cost, pa.float64()),
+               "trace_id": per_trace(lambda m: m.trace_id, pa.string())}
+    return _column_table(rows, names, values, per_row), ctx_tokens
+
+
+def _with_packed(m: Trace, part: _Known, ti: int) -> SimpleNamespace:
+    """The trace's generation fields and its packed units, for citation checks."""
+    u = part.units
+    offsets = np.cumsum(u.lengths) - u.lengths
+    packed = []
+    for li in np.flatnonzero((part.list_trace == ti) & np.asarray([f == "packed" for f in u.fields], dtype=bool)):
+        for j in range(offsets[li], offsets[li] + u.lengths[li]):
+            packed.append(SimpleNamespace(unit_id=u.unit_id[j], doc_id=u.doc_id[j], start=int(u.start[j]),
+                                          end=int(u.end[j])))
+    return SimpleNamespace(outcome=m.outcome, answer=m.answer, citations=m.citations, packed=packed)
+
+
+def stream_score_into_store(store, traces_path: str | Path, corpus, golden: GoldenSet, *,
+                            options: ScoringOptions | None = None, name: str | None = None,
+                            allow_pin_mismatch: bool = False, batch_size: int = BATCH_TRACES,
+                            resume: str | None = None) -> tuple[str, dict]:
+    """Score a trace file into ``store`` batch by batch; returns (run_id, import summary). See the module
+    docstring; the arguments are those of :func:`ragassay.analysis.runner.score_traces_into_store`."""
+    from ragassay.analysis.runner import (
+        _context_tokens_mean_of,
+        _done_markers,
+        _pin_error,
+        _pin_mismatch,
+        _record,
+        _update_extra,
+        config_warnings,
+    )
+    from ragassay.analysis.scoring import _doc_lengths
+
+    opt = options or ScoringOptions()
+    labels = Labels(golden, opt)
+    reader = TraceBatchReader(traces_path, batch_size)
+    batches = iter(reader)
+    first = next(batches, None)  # line 1 holds the header: the pins are known before anything is stored
+    header = reader.header
+    mismatch = _pin_mismatch(header, golden, corpus)
+    if mismatch and not allow_pin_mismatch:
+        raise InputError(_pin_error(traces_path, mismatch))
+    config = header.config if header else {}
+    final_k = _final_k(header)
+    doc_lengths = _doc_lengths(corpus)
+    if resume:
+        rec = store.get_run(resume)
+        run_id = rec.run_id
+        want = _record(rec.name, golden, corpus, config, header.config_sha if header else "", opt, rec.trials,
+                       f"traces:{traces_path}")
+        if any(getattr(rec, k) != getattr(want, k) for k in _RESUME_PINS):
+            raise InputError(f"run {rec.name} ({run_id}) was scored from {rec.source.removeprefix('traces:')} "
+                             f"with other pins; resume it with the same traces, golden set, corpus and options")
+        done = store.resume_run(run_id)
+    else:
+        rec = _record(name or (header.run_name if header else Path(traces_path).stem), golden, corpus, config,
+                      header.config_sha if header else "", opt, 1, f"traces:{traces_path}",
+                      {"unit_failures": 0, "unit_failure_examples": [], "schema_failures": 0})
+        run_id = store.create_run(rec)
+        done = set()
+    structure = Structure()
+    spans: list[tuple[int, int, int]] = []
+    ctx: dict[tuple[str, int], float] = {}
+    unknown: set[str] = set()
+    trials: set[int] = set()
+    n_fail, examples = 0, []
+
+    def write(part: _Known, check: UnitCheck, skip_done: bool) -> np.ndarray:
+        rows = [m.key for m in part.traces]
+        table, ctx_tokens = score_known(golden, labels, part, rows, np.arange(len(rows)), structure, final_k,
+                                        check.bad_mask, doc_lengths)
+        if not (skip_done and rows and all(k in done for k in rows)):
+            store.write_batch(run_id, table, done=_done_markers(rows, {m.key: m for m in part.traces}))
+        return ctx_tokens
+
+    for batch in _chain(first, batches):
+        unknown.update(m.query_id for m in batch.traces if m.query_id not in golden)
+        trials.update(m.trial for m in batch.traces)
+        part = _Known.of(batch, golden)
+        check = validate_unit_columns(part.units, corpus, reader.lines)
+        if structure.grow(part):
+            for span in spans:  # earlier batches lack the new metrics: score them again (rows replaced)
+                again = _Known.of(reader.replay(span), golden)
+                write(again, validate_unit_columns(again.units, corpus, reader.lines), skip_done=False)
+        ctx_tokens = write(part, check, skip_done=True)
+        ctx.update(zip((m.key for m in part.traces), ctx_tokens.tolist(), strict=True))
+        n_fail += check.count
+        examples += check.messages(traces_path, limit=MAX_EXAMPLES - len(examples))
+        spans.append(batch.span)
+    trial_ids = sorted(trials) or [0]
+    keys = [(q.query_id, tr) for tr in trial_ids for q in golden.queries]
+    missing = [k for k in keys if k not in reader.lines]
+    for start in range(0, len(missing), batch_size):
+        rows = missing[start:start + batch_size]
+        table, ctx_tokens = score_known(golden, labels, _Known.empty(), rows, np.full(len(rows), -1), structure,
+                                        final_k, np.zeros(0, dtype=bool), doc_lengths)
+        if not all(k in done for k in rows):
+            store.write_batch(run_id, table, done=_done_markers(rows, {}))
+        ctx.update(zip(rows, ctx_tokens.tolist(), strict=True))
+    problems = reader.problems
+    extra = {"schema_failures": len(problems),
+             "problems": [f"{traces_path}:{p.line}: {p.message}" for p in problems[:MAX_EXAMPLES]],
+             "unknown_queries": sorted(unknown), "unit_failures": n_fail, "unit_failure_examples": examples,
+             "context_tokens_mean": _context_tokens_mean_of([ctx[k] for k in keys] if structure.generation else []),
+             "warnings": config_warnings(config)}
+    if mismatch:
+        extra["pin_mismatch"] = mismatch
+    _update_extra(store, run_id, extra)
+    store.connection.execute("UPDATE runs SET trials = ? WHERE run_id = ?", [len(trial_ids), run_id])
+    store.finish_run(run_id, "complete")
+    return run_id, {"n_traces": reader.n_traces, "schema_failures": len(problems),
+                    "unknown_queries": sorted(unknown), "missing": len(missing), "problems": extra["problems"],
+                    "unit_failures": n_fail, "unit_failure_examples": examples, "warnings": extra["warnings"],
+                    "pin_mismatch": mismatch}
+
+
+def _chain(first: TraceBatch | None, rest):
+    if first is not None:
+        yield first
+    yield from rest
