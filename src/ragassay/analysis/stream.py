@@ -37,7 +37,7 @@ from ragassay.errors import InputError
 from ragassay.golden import GoldenSet, HitRule
 from ragassay.metrics import GradeMatrix, evaluate
 from ragassay.trace.io import TraceBatch, TraceBatchReader
-from ragassay.trace.schema import Trace, UnitCheck, UnitColumns, validate_unit_columns
+from ragassay.trace.schema import Trace, UnitCheck, UnitColumns, first_index_codes, validate_unit_columns
 
 BATCH_TRACES = 2048
 _RESUME_PINS = ("source", "config_sha", "dataset_version", "corpus_digest", "metric_version",
@@ -143,10 +143,11 @@ def score_known(golden: GoldenSet, labels: Labels, part: _Known, rows: list[tupl
     trace_row = np.full(len(traces), -1, dtype=np.int64)
     trace_row[row_trace[present]] = np.flatnonzero(present)
     u = part.units
-    doc_code_of = np.asarray([idx.doc_codes.get(d, -1) for d in dict.fromkeys(u.doc_id)] or [-1], dtype=np.int64)
-    first = {d: i for i, d in enumerate(dict.fromkeys(u.doc_id))}
-    dc_all = doc_code_of[np.fromiter((first[d] for d in u.doc_id), dtype=np.int64, count=len(u.doc_id))] \
-        if len(u.doc_id) else np.zeros(0, dtype=np.int64)
+    doc_first_index, doc_first = first_index_codes(u.doc_id)
+    evidence_code = np.full(len(u.doc_id), -1, dtype=np.int64)
+    for d, i in doc_first.items():
+        evidence_code[i] = idx.doc_codes.get(d, -1)
+    dc_all = evidence_code[doc_first_index]
     dc_all = np.where(bad, -1, dc_all) if len(bad) else dc_all
     fields = np.asarray(u.fields, dtype=object)
     list_row = trace_row[part.list_trace] if len(part.list_trace) else np.zeros(0, dtype=np.int64)
@@ -240,9 +241,13 @@ def score_known(golden: GoldenSet, labels: Labels, part: _Known, rows: list[tupl
         emit("context_tokens", ctx_tokens)
     if structure.outcome:
         row_traces: list[Any] = [None] * n
+        packed_list = dict(zip(part.list_trace[packed_sel].tolist(), np.flatnonzero(packed_sel).tolist(),
+                               strict=True))
+        offsets = np.cumsum(u.lengths) - u.lengths
         for i in np.flatnonzero(present):
             m = traces[row_trace[i]]
-            row_traces[i] = _with_packed(m, part, row_trace[i]) if m.citations else m
+            li = packed_list.get(int(row_trace[i])) if m.citations else None
+            row_traces[i] = m if li is None else _with_packed(m, u, int(offsets[li]), int(u.lengths[li]))
         for name, v in _generation_rows(golden, rows, row_traces, doc_lengths):
             emit(name, v)
 
@@ -261,15 +266,10 @@ def score_known(golden: GoldenSet, labels: Labels, part: _Known, rows: list[tupl
     return _column_table(rows, names, values, per_row), ctx_tokens
 
 
-def _with_packed(m: Trace, part: _Known, ti: int) -> SimpleNamespace:
-    """The trace's generation fields and its packed units, for citation checks."""
-    u = part.units
-    offsets = np.cumsum(u.lengths) - u.lengths
-    packed = []
-    for li in np.flatnonzero((part.list_trace == ti) & np.asarray([f == "packed" for f in u.fields], dtype=bool)):
-        for j in range(offsets[li], offsets[li] + u.lengths[li]):
-            packed.append(SimpleNamespace(unit_id=u.unit_id[j], doc_id=u.doc_id[j], start=int(u.start[j]),
-                                          end=int(u.end[j])))
+def _with_packed(m: Trace, u: UnitColumns, offset: int, length: int) -> SimpleNamespace:
+    """The trace's generation fields and its packed units (``length`` units from ``offset``), for citations."""
+    packed = [SimpleNamespace(unit_id=u.unit_id[j], doc_id=u.doc_id[j], start=int(u.start[j]), end=int(u.end[j]))
+              for j in range(offset, offset + length)]
     return SimpleNamespace(outcome=m.outcome, answer=m.answer, citations=m.citations, packed=packed)
 
 

@@ -328,9 +328,12 @@ def _column_ok(arr: pa.Array, kinds: tuple[str, ...], lo: int | None = None, hi:
     if kind == "int" and len(arr) > arr.null_count and lo is not None:
         mm = pc.min_max(arr).as_py()
         return lo <= mm["min"] and mm["max"] <= hi
-    if kind == "str" and not nullable:
-        return pc.min(pc.utf8_length(arr)).as_py() >= 1
     return True
+
+
+def _strings_ok(values: list) -> bool:
+    """Every value a non-empty str (a type set and one containment test, both C loops)."""
+    return not values or (set(map(type, values)) == {str} and "" not in values)
 
 
 def _columns(cands: list[tuple[int, dict, Trace]]) -> tuple[UnitColumns, np.ndarray, np.ndarray] | set[int]:
@@ -347,10 +350,11 @@ def _columns(cands: list[tuple[int, dict, Trace]]) -> tuple[UnitColumns, np.ndar
     lengths = np.asarray(lens, dtype=np.int64)
     try:
         ok = all(map(_UNIT_KEYS.issuperset, flat))
-        uid, doc, start, end = (pa.array(list(map(itemgetter(k), flat))) for k in ("unit_id", "doc_id", "start", "end"))
+        uid, doc = (list(map(itemgetter(k), flat)) for k in ("unit_id", "doc_id"))
+        start, end = (pa.array(list(map(itemgetter(k), flat))) for k in ("start", "end"))
         score, rank, text, tokens = (pa.array(list(map(dict.get, flat, repeat(k))))
                                      for k in ("score", "rank", "text", "tokens"))
-        ok = (ok and _column_ok(uid, ("str",), nullable=False) and _column_ok(doc, ("str",), nullable=False)
+        ok = (ok and _strings_ok(uid) and _strings_ok(doc)
               and _column_ok(start, ("int",), -_BIG, _BIG, False) and _column_ok(end, ("int",), -_BIG, _BIG, False)
               and _column_ok(score, ("null", "int", "float")) and _column_ok(rank, ("null", "int"), 1, _BIG)
               and _column_ok(text, ("null", "str")) and _column_ok(tokens, ("null", "int"), 0, _BIG))
@@ -360,7 +364,7 @@ def _columns(cands: list[tuple[int, dict, Trace]]) -> tuple[UnitColumns, np.ndar
         owner = np.repeat(np.asarray(owners, dtype=np.int64), lengths)
         return {int(owner[i]) for i, u in enumerate(flat) if not _unit_ok(u)}
     has_score = score.is_valid().to_numpy(zero_copy_only=False) if len(score) else np.zeros(0, dtype=bool)
-    cols = UnitColumns(keys=keys, fields=fields, lengths=lengths, unit_id=uid.to_pylist(), doc_id=doc.to_pylist(),
+    cols = UnitColumns(keys=keys, fields=fields, lengths=lengths, unit_id=uid, doc_id=doc,
                        start=start.to_numpy(zero_copy_only=False).astype(np.int64),
                        end=end.to_numpy(zero_copy_only=False).astype(np.int64),
                        score=pc.fill_null(pc.cast(score, pa.float64()), math.nan).to_numpy(zero_copy_only=False)

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import numpy as np
-import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import ragassay
@@ -310,10 +309,13 @@ class UnitColumns:
                    text=texts if any(x is not None for x in texts) else None)
 
 
-def _codes(values: Sequence[str]) -> tuple[np.ndarray, list[str]]:
-    """Dense integer codes and the distinct values, by first appearance (a hash pass, no string sort)."""
-    enc = pa.array(values, type=pa.string()).dictionary_encode()
-    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+def first_index_codes(values: Sequence[str]) -> tuple[np.ndarray, dict[str, int]]:
+    """Per value, the index of its first occurrence (equal values, equal codes), and value -> that index.
+
+    One C-level dict pass: cheaper than sorting strings or building an Arrow dictionary."""
+    first: dict[str, int] = {}
+    codes = np.fromiter(map(first.setdefault, values, range(len(values))), dtype=np.int64, count=len(values))
+    return codes, first
 
 
 def validate_units(traces: Sequence[Trace], corpus: Any,
@@ -344,9 +346,11 @@ def validate_unit_columns(cols: UnitColumns, corpus: Any,
     lengths = cols.lengths
     owner = np.repeat(np.arange(len(lengths)), lengths)
     pos = np.arange(n) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    doc_code, doc_names = _codes(cols.doc_id)
-    found = [docs.get(d) for d in doc_names]
-    doc_len = np.array([-1 if d is None else len(d.text if rich else d) for d in found], dtype=np.int64)
+    doc_code, doc_first = first_index_codes(cols.doc_id)
+    doc_len = np.full(n, -1, dtype=np.int64)
+    for d, i in doc_first.items():
+        found = docs.get(d)
+        doc_len[i] = -1 if found is None else len(found.text if rich else found)
     start, end, score = cols.start, cols.end, cols.score
     length = doc_len[doc_code]
 
@@ -364,12 +368,12 @@ def validate_unit_columns(cols: UnitColumns, corpus: Any,
         texts = cols.text
         for i in np.flatnonzero(reason == 0):
             if texts[i] is not None:
-                d = found[doc_code[i]]
+                d = docs[cols.doc_id[i]]
                 text_bad[i] = (d.text if rich else d)[start[i]:end[i]] != texts[i]
     flag(5, text_bad)
     flag(6, cols.has_score & ~np.isfinite(score))
     # repeats within one list: the same unit_id, or the same (doc, start, end), after its first occurrence
-    uid_code, _ = _codes(cols.unit_id)
+    uid_code, _ = first_index_codes(cols.unit_id)
     first_of = np.full(n, -1, dtype=np.int64)
     for keys in ((owner, uid_code), (owner, doc_code, start, end)):
         order = np.lexsort((pos, *reversed(keys)))
@@ -383,7 +387,7 @@ def validate_unit_columns(cols: UnitColumns, corpus: Any,
     for i in np.flatnonzero(reason):
         name, key, code = cols.fields[owner[i]], cols.keys[owner[i]], int(reason[i])
         uid, doc, s, e = cols.unit_id[i], cols.doc_id[i], int(start[i]), int(end[i])
-        d = found[doc_code[i]]
+        d = docs.get(doc)
         if code == 1:
             msg = f"doc {doc!r} is not in the corpus{_doc_hint(doc, docs)}"
         elif code == 2:
