@@ -84,3 +84,27 @@ def test_summary_prints_measured_figures_and_no_parse_ceiling(tmp_path, capsys):
     assert "latency: not measured (no per-request times in this run)" in out
     code, out = cli(["runs", "--store", str(tmp_path / "r.duckdb"), "--json"], capsys)
     assert [r["name"] for r in json.loads(out)] == ["[/bold]"]
+
+
+def test_run_profile_accounts_for_the_run_and_its_stages(tmp_path, capsys):
+    import time
+
+    t0 = time.perf_counter()
+    code, out = cli(["run", str(demo_config_dir() / "bm25.yaml"), "--store", str(tmp_path / "r.duckdb"),
+                     "--profile", "--json"], capsys)
+    wall = time.perf_counter() - t0
+    assert code == 0
+    prof = json.loads(out)["profile_s"]
+    parts = ("build", "labels", "queries", "score", "traces", "store")
+    assert all(prof[p] >= 0 for p in parts) and prof["build"] > 0 and prof["queries"] > 0 and prof["score"] > 0
+    assert sum(prof[p] for p in parts) <= wall
+    # per-query runs time every stage; the stages happen inside the queries part
+    stages = {k.removeprefix("stage:"): v for k, v in prof.items() if k.startswith("stage:")}
+    assert {"bm25", "fusion", "pack", "generate"} <= stages.keys()
+    assert 0 < sum(stages.values()) <= prof["queries"]
+
+
+def test_run_without_profile_prints_no_profile(tmp_path, capsys):
+    code, out = cli(["run", str(demo_config_dir() / "bm25.yaml"), "--store", str(tmp_path / "r.duckdb"), "--json"],
+                    capsys)
+    assert code == 0 and "profile_s" not in json.loads(out)

@@ -17,6 +17,7 @@ import datetime as dt
 import json
 import math
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,10 @@ from ragassay.store import RunRecord, Store
 from ragassay.trace import RunHeader, Trace, TraceWriter
 
 BATCH_QUERIES = 64
+# Parts of a pipeline run timed by ``profile`` (wall seconds): building the pipeline (chunking, indexes),
+# the golden set's label arrays, running the queries, scoring them, writing traces, writing rows. Entries
+# ``stage:<name>`` add up the per-item stage times the traces record (within ``queries``).
+PROFILE_PARTS = ("build", "labels", "queries", "score", "traces", "store")
 MAX_EXAMPLES = 50
 
 
@@ -144,13 +149,19 @@ def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpu
                             trials: int = 1, options: ScoringOptions | None = None, name: str | None = None,
                             resume: str | None = None, traces_dir: str | Path | None = None,
                             cache_dir: str | Path | None = None, batched: bool = False,
-                            progress: Callable[[int, int], None] | None = None) -> tuple[str, RunHeader]:
+                            progress: Callable[[int, int], None] | None = None,
+                            profile: dict[str, float] | None = None) -> tuple[str, RunHeader]:
     """Run the reference pipeline on every (query, trial), scoring and storing batch by batch.
 
     Each query runs on its own (:meth:`Pipeline.run_query`), so its stored latency is its own wall time.
     ``batched=True`` runs the retrieval stages for 64 queries at once (:meth:`Pipeline.run_batch`): faster,
-    but no single request's time exists, so latency is stored as NULL.
+    but no single request's time exists, so latency is stored as NULL. A ``profile`` dict is filled with
+    wall seconds per part of the run (see :data:`PROFILE_PARTS`).
     """
+    prof = profile if profile is not None else {}
+    for part in PROFILE_PARTS:
+        prof[part] = 0.0
+    t_part = time.perf_counter()
     from ragassay.pipeline import Pipeline, load_config
 
     opt = options or ScoringOptions()
@@ -163,6 +174,7 @@ def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpu
         check_cache_dir(Path(cache_dir))  # the same claim load_config makes for a config's own cache_dir
         cfg = cfg.model_copy(update={"cache_dir": str(cache_dir)})
     pipe = Pipeline.from_config(cfg, corpus)
+    prof["build"] = time.perf_counter() - t_part
     run_name = name or cfg.name or Path(config_path).stem
     header = pipe.header(golden.dataset_version, run_name)
     if resume:
@@ -189,20 +201,34 @@ def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpu
     if traces_dir is not None:
         make_dir(Path(traces_dir))
         mark_output_dir(Path(traces_dir), "traces")
+    t_part = time.perf_counter()
     labels = Labels(golden, opt)
+    prof["labels"] = time.perf_counter() - t_part
     total = len(todo)
     for start in range(0, total, BATCH_QUERIES):
         batch = todo[start:start + BATCH_QUERIES]
+        t_part = time.perf_counter()
         traces: list[Trace] = (pipe.run_batch(batch) if batched
                                else [pipe.run_query(q, tr) for q, tr in batch])
+        t_score = time.perf_counter()
+        prof["queries"] += t_score - t_part
         keys = [(q.query_id, tr) for q, tr in batch]
         scored = score_traces(golden, traces, header, opt, keys=keys, corpus=corpus, labels=labels)
+        t_part = time.perf_counter()
+        prof["score"] += t_part - t_score
         if traces_dir is not None:
             if writer is None:
                 writer = TraceWriter(Path(traces_dir) / f"{run_id}.jsonl", header, mode="a")
             # a batch whose traces landed but whose rows did not commit is re-run on resume: write it once
             writer.write_all([t for t in traces if t.key not in writer.done])
+        t_store = time.perf_counter()
+        prof["traces"] += t_store - t_part
         _write_scored(store, run_id, scored, keys, {t.key: t for t in traces})
+        prof["store"] += time.perf_counter() - t_store
+        for t in traces:
+            for stage, ms in t.durations_ms.items():
+                if stage != "total":
+                    prof[f"stage:{stage}"] = prof.get(f"stage:{stage}", 0.0) + ms / 1000.0
         if scored.unit_check.count:
             n_failures += scored.unit_check.count
             examples += scored.unit_check.messages(limit=MAX_EXAMPLES - len(examples))

@@ -81,17 +81,41 @@ def print_run_summary(rec, summary: dict) -> None:
                   "or nothing to measure (no context reported, no token counts); never counted as 0[/]")
 
 
-def _report(st, run_id: str, info: dict | None, store: Path, json_out: bool) -> None:
+def _report(st, run_id: str, info: dict | None, store: Path, json_out: bool,
+            profile: dict[str, float] | None = None) -> None:
     rec = st.get_run(run_id)
     summary = run_summary(st.results(run_id))
     if json_out:
-        print_json({"run": rec.to_dict(), "summary": summary, "import": info,
-                    "warnings": (rec.extra or {}).get("warnings", [])})
+        out = {"run": rec.to_dict(), "summary": summary, "import": info,
+               "warnings": (rec.extra or {}).get("warnings", [])}
+        if profile is not None:
+            out["profile_s"] = profile
+        print_json(out)
         return
     print_run_summary(rec, summary)
     if info:
         print_import(info)
+    if profile is not None:
+        print_profile(profile)
     console.print(f"stored as run [bold]{rec.run_id}[/] in {escape(str(store))}")
+
+
+def print_profile(profile: dict[str, float]) -> None:
+    """Where a run's wall time went; per-item stage times (summed over items) are indented under queries."""
+    t = Table(title="profile (wall seconds)", show_edge=False)
+    t.add_column("part")
+    t.add_column("s", justify="right")
+    t.add_column("share", justify="right")
+    parts = {k: v for k, v in profile.items() if not k.startswith("stage:")}
+    total = sum(parts.values()) or 1.0
+    for k, v in parts.items():
+        t.add_row(Text(k), f"{v:.2f}", f"{v / total:.0%}")
+        if k == "queries":
+            for sk, sv in profile.items():
+                if sk.startswith("stage:"):
+                    t.add_row(Text("  " + sk.removeprefix("stage:")), f"{sv:.2f}", "")
+    t.add_row(Text("total"), f"{total:.2f}", "")
+    console.print(t)
 
 
 def print_import(info: dict) -> None:
@@ -120,6 +144,8 @@ def run(
     batched: bool = typer.Option(False, "--batched", help="Run retrieval for 64 queries at a time: faster, but "
                                  "no per-request latency exists (stored as NULL)."),
     allow_pin_mismatch: bool = PIN_OPT,
+    profile: bool = typer.Option(False, "--profile", help="Print where the run's time went: build, labels, "
+                                 "queries (with their stages), scoring, traces, store."),
     hit_rule: str = typer.Option("any_overlap", "--hit-rule", help="any_overlap | min_fraction:F | doc"),
     threshold: int = typer.Option(2, "--threshold", help="Relevant = grade ≥ this."),
     gain: str = typer.Option("exp", "--gain", help="nDCG gain: exp | linear."),
@@ -153,10 +179,11 @@ def run(
                 def tick(done: int, total: int) -> None:
                     bar.update(task, completed=done, total=total)
 
+                timing: dict[str, float] = {}
                 run_id, _ = run_pipeline_into_store(st, config, corp, gs, trials=trials, options=opts, name=name,
                                                     resume=resume, traces_dir=traces_dir, batched=batched,
-                                                    progress=tick)
-        _report(st, run_id, info, store, json_out)
+                                                    progress=tick, profile=timing)
+        _report(st, run_id, info, store, json_out, timing if profile and traces is None else None)
 
 
 def score(
