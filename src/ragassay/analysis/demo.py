@@ -1,4 +1,9 @@
-"""The embedded default: four configurations on the bundled license corpus, compared, gated, reported."""
+"""The embedded default: four configurations on the bundled license corpus, compared, gated, reported.
+
+Before the comparisons the demo validates its local judge on the bundled calibration set (spec §11.1) and
+judges every run's answers with it, so faithfulness rows exist and every place that shows them also shows
+whether the judge behind them met the gate floor.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +28,9 @@ ATTRIBUTION_RUN = "bm25"
 ATTRIBUTION_QUERIES = 6
 # The demo's analysis intervals, like the report's, use fewer resamples than its comparisons.
 ANALYSIS_RESAMPLES = 2_000
+# The judge the demo validates and then scores every run with: the lexical one needs no model and judges the
+# 249 calibration items in about 0.1 s, so the demo can show a real validation without a network.
+DEMO_JUDGE = {"provider": "local", "model": "lexical", "metrics": ["faithfulness"]}
 
 
 def demo_config_dir() -> Path:
@@ -49,6 +57,8 @@ class DemoResult:
     attribution: dict | None
     report: Path | None
     timings: dict[str, float] = field(default_factory=dict)
+    # the judge's validation summary (:func:`judge_validation_summary`) and per-run judge metric statuses
+    judge_validation: dict | None = None
 
 
 def demo_attribution(st, run_id: str, corpus, golden, config: Path, cache_dir: Path,
@@ -73,6 +83,99 @@ def demo_attribution(st, run_id: str, corpus, golden, config: Path, cache_dir: P
     section["limit_note"] = (f"Run {st.get_run(run_id).name}, first {len(queries)} answerable queries whose packed "
                              f"context held relevant evidence (the demo keeps this short; `ragassay analyze "
                              f"attribution` covers every query and adds Shapley shares).")
+    return section
+
+
+def demo_judge_config():
+    from ragassay.judges.config import JudgeConfig
+
+    return JudgeConfig(**DEMO_JUDGE)
+
+
+def validate_demo_judge(st, cfg, *, n_resamples: int = ANALYSIS_RESAMPLES, seed: int = 0) -> dict:
+    """Validate ``cfg``'s judge on the bundled calibration set, store the record and return it with its
+    ``validation_id``, ``meets_floor`` and ``floor_detail`` (the default floor, as `gate` applies it)."""
+    from ragassay.errors import InputError
+    from ragassay.judges.labels import bundled_labels, load_labels
+    from ragassay.judges.validate import Floor, run_judge, validate_judgements, validation_record
+
+    path = bundled_labels()
+    if path is None:
+        raise InputError("this ragassay ships no bundled judge calibration set (data/judge_calibration/); "
+                         "reinstall the package")
+    labels = load_labels(path)
+    judged, calls = run_judge(cfg, labels.items, st)
+    figures = validate_judgements(labels.items, judged, n_resamples=n_resamples, seed=seed)
+    record = validation_record(cfg.pins(), labels, figures, calls=calls)
+    record["validation_id"] = st.record_judge_validation(record)
+    floor = Floor()
+    record["meets_floor"], record["floor_detail"] = floor.check(record)
+    record["floor"] = {"min_kappa": floor.min_kappa, "min_class_recall": floor.min_class_recall}
+    return record
+
+
+def judge_demo_runs(st, run_ids: dict[str, str], traces_dir: Path, golden, corpus, cfg) -> dict[str, dict]:
+    """Judge every demo run's answers (its traces in ``traces_dir``) with ``cfg``; the judge metrics' means
+    per run name."""
+    from ragassay.judges.score import judge_stored_run
+    from ragassay.judges.validate import clean
+    from ragassay.trace.io import read_traces
+
+    out = {}
+    for name, run_id in run_ids.items():
+        # the demo wrote these traces itself a moment ago: a malformed record is a bug, not input to skip
+        _, traces, _ = read_traces(traces_dir / f"{run_id}.jsonl", strict=True)
+        out[name] = clean(judge_stored_run(st, run_id, traces, golden, corpus, cfg).to_dict()["metrics"])
+    return out
+
+
+def judge_metric_statuses(st, run_ids: dict[str, str], metrics) -> dict[str, dict[str, dict]]:
+    """{run name: {judge metric: {status, reason}}} for every judge-scored metric among ``metrics``, under the
+    default floor: what a table must print beside the metric's number."""
+    from ragassay.judges.validate import Floor, judge_status
+
+    floor = Floor()
+    out: dict[str, dict[str, dict]] = {}
+    for name, run_id in run_ids.items():
+        rec = st.get_run(run_id)
+        for m in metrics:
+            found = judge_status(st, rec, m, floor)
+            if found is not None:
+                out.setdefault(name, {})[m] = {"status": found[0], "reason": found[1]}
+    return out
+
+
+def judge_validation_summary(record: dict) -> dict:
+    """The short form of a validation record the demo prints and `--json` carries: pins, label set, n,
+    kappa and agreement with CIs, per-class recall with CIs, and the floor verdict (JSON-serializable)."""
+    f = record["figures"]
+    return {
+        "validation_id": record.get("validation_id"), "judge_model": record["judge_model"],
+        "rubric_sha": record["rubric_sha"], "label_set_version": record["label_set_version"],
+        "n_items": record["n_items"], "n": record["n"], "excluded": f["excluded"], "scale": f["scale"],
+        "human_passes_kappa": record["passes_kappa"], "kappa": f["kappa"], "agreement": f["agreement"],
+        "recall": {c["label"]: c["recall"] for c in f["per_class"]},
+        "min_class_recall": record["min_class_recall"], "n_resamples": f["n_resamples"],
+        "floor": {"min_kappa": record["floor"]["min_kappa"], "min_class_recall": record["floor"]["min_class_recall"]},
+        "meets_floor": record["meets_floor"], "floor_detail": record["floor_detail"],
+        "status": "validated" if record["meets_floor"] else "unvalidated",
+    }
+
+
+def judge_validation_section(record: dict, statuses: dict[str, dict[str, dict]],
+                             means: dict[str, dict[str, dict]]) -> dict:
+    """The report's ``judge_validation`` section (JSON-serializable): everything
+    :func:`ragassay.judges.validate.validation_report_section` gives, the floor verdict, and each run's judge
+    metric means beside their status, so the page never shows a judge number without it."""
+    from ragassay.judges.validate import validation_report_section
+
+    section = validation_report_section(record)
+    section["verdict"] = {"meets_floor": record["meets_floor"], "detail": record["floor_detail"],
+                          "min_kappa": record["floor"]["min_kappa"],
+                          "min_class_recall": record["floor"]["min_class_recall"]}
+    section["metrics"] = [{"run": name, "metric": m, "mean": means.get(name, {}).get(m, {}).get("mean"),
+                           "status": st["status"], "reason": st["reason"]}
+                          for name, per in statuses.items() for m, st in sorted(per.items())]
     return section
 
 
@@ -113,8 +216,22 @@ def run_demo(out: str | Path = "ragassay-demo", *, n_resamples: int = 10_000, co
                                                 progress=(lambda d, n, name=name: progress(name, d, n))
                                                 if progress else None)
             run_ids[name] = run_id
-            summaries[name] = run_summary(st.results(run_id))
             timings[f"run:{name}"] = time.perf_counter() - t
+        # the judge is validated and every run judged before anything compares them, so the comparisons and
+        # the tables carry faithfulness with its validation status
+        t = time.perf_counter()
+        cfg = demo_judge_config()
+        record = validate_demo_judge(st, cfg)
+        means = judge_demo_runs(st, run_ids, out / "traces", golden, corpus, cfg)
+        statuses = judge_metric_statuses(st, run_ids, sorted({m for v in means.values() for m in v}))
+        judge_info = {"summary": judge_validation_summary(record), "statuses": statuses,
+                      "section": judge_validation_section(record, statuses, means)}
+        timings["judge"] = time.perf_counter() - t
+        for name, run_id in run_ids.items():
+            summaries[name] = run_summary(st.results(run_id))
+            for m in summaries[name]["metrics"]:
+                if m["metric"] in statuses.get(name, {}):
+                    m["judge_status"] = statuses[name][m["metric"]]["status"]
         t = time.perf_counter()
         comparisons = [compare_runs(st, run_ids[BASELINE], run_ids[c], n_resamples=n_resamples)
                        for c in configs if c != BASELINE]
@@ -141,7 +258,8 @@ def run_demo(out: str | Path = "ragassay-demo", *, n_resamples: int = 10_000, co
             from ragassay.report import render_report
 
             t = time.perf_counter()
-            sections = {"decomposition": decomposition, "oracle_ladder": ladder}
+            sections = {"decomposition": decomposition, "oracle_ladder": ladder,
+                        "judge_validation": judge_info["section"]}
             if attribution is not None:
                 sections["attribution"] = attribution
             data = build_report_data(st, ids, golden, corpus, comparisons=comparisons, gate=gate,
@@ -151,4 +269,4 @@ def run_demo(out: str | Path = "ragassay-demo", *, n_resamples: int = 10_000, co
             timings["report"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
     return DemoResult(out, golden, corpus, run_ids, summaries, comparisons, gate, ladder, decomposition,
-                      attribution, report_path, timings)
+                      attribution, report_path, timings, judge_info)

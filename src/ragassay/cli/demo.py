@@ -14,11 +14,12 @@ from ragassay.analysis.summary import STAGES, stage_of
 from ragassay.cli.common import console, esc, print_json
 from ragassay.cli.compare import print_gate
 from ragassay.cli.golden import print_manifest_summary
+from ragassay.judges.validate import METRIC_KIND
 
 DEMO_STAGE_METRICS = ("recall@bm25_depth", "recall@dense_depth", "recall@fusion_depth", "recall@final_k",
                       "ndcg@final_k", "rr@final_k", "recall@5", "ndcg@5", "recall@context", "context_tokens",
                       "answer_f1", "abstention_recall", "over_refusal", "citation_validity", "rerank_rescued",
-                      "rerank_broke")
+                      "rerank_broke", "faithfulness")
 STRATA_METRICS = ("recall@5", "answer_f1")
 
 
@@ -28,23 +29,38 @@ def _f(x) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3f}"
 
 
+def _stage_of(metric: str) -> str:
+    # a judge metric is judged from the answer, so it sits after generation whatever its name says
+    return "judge" if metric in METRIC_KIND else stage_of(metric)
+
+
 def _stage_table(summaries: dict[str, dict]) -> Table:
-    t = Table(title="per stage (mean over queries; — = not measured by that configuration)", show_edge=False)
+    t = Table(title="per stage (mean over queries; — = not measured by that configuration; a judge metric "
+                    "shows its judge's validation status)", show_edge=False)
     t.add_column("stage")
     t.add_column("metric")
     for name in summaries:
         t.add_column(name, justify="right")
     means = {name: {m["metric"]: m for m in s["metrics"]} for name, s in summaries.items()}
     rows = [m for m in DEMO_STAGE_METRICS if any(m in v for v in means.values())]
-    rows.sort(key=lambda m: STAGES.index(stage_of(m)))
+    rows.sort(key=lambda m: (*STAGES, "judge").index(_stage_of(m)))
     for m in rows:
         cells = []
         for name in summaries:
             c = means[name].get(m)
-            cells.append(_f(c["mean"]) + (f" ({c['n_undefined']} undef.)" if c and c["n_undefined"] and m in (
-                "recall@fusion_depth", "answer_f1") else "") if c else "—")
-        t.add_row(*(Text(x) for x in (stage_of(m), m, *cells)))
+            cells.append(_cell(c, m) if c else "—")
+        t.add_row(*(Text(x) for x in (_stage_of(m), m, *cells)))
     return t
+
+
+def _cell(c: dict, metric: str) -> str:
+    text = _f(c["mean"])
+    if c["n_undefined"] and metric in ("recall@fusion_depth", "answer_f1"):
+        text += f" ({c['n_undefined']} undef.)"
+    if metric in METRIC_KIND:
+        # a judge's number is never shown without whether that judge met the floor
+        text += f" ({c.get('judge_status', 'unvalidated')})"
+    return text
 
 
 def _strata_table(summaries: dict[str, dict]) -> Table:
@@ -69,12 +85,15 @@ def _verdict_counts(comp) -> str:
     return f"credibly better on {better}, credibly worse on {worse}, neither on {neither} of {len(overall)} metrics"
 
 
-def _top_claims(comp, limit: int = 3) -> list[str]:
-    """The headline claims with a credible change, largest first."""
+def _claim_rows(comp, limit: int = 3) -> list:
+    """The headline rows with a credible change, largest first, then the judge metrics' rows credible or not:
+    the demo shows faithfulness in every comparison, its claim ending with the judge's validation status."""
     rows = [r for r in comp.rows if r.stratum == "all" and r.metric in DEMO_STAGE_METRICS
             and r.metric != "context_tokens" and r.verdict.split(",")[0] in ("improved", "regressed")]
     rows.sort(key=lambda r: -abs(r.delta))
-    return [comp.claim(r) for r in rows[:limit]]
+    top = rows[:limit]
+    return top + [r for r in comp.rows if r.stratum == "all" and r.defined and r.metric in METRIC_KIND
+                  and r.metric in DEMO_STAGE_METRICS and r not in top]
 
 
 def _est(s: dict, signed: bool = True) -> str:
@@ -116,13 +135,50 @@ def _attribution_table(att: dict) -> Table:
     return t
 
 
+def _judge_block(v: dict) -> list[Text]:
+    """The judge-validation lines: what was validated on what, kappa and per-class recall with their CIs,
+    and the floor verdict that decides how faithfulness is shown."""
+    left = ", ".join(f"{k} {n}" for k, n in v["excluded"].items())
+    passes = v["human_passes_kappa"]
+    lines = [
+        Text(f"judge {v['judge_model']} validated on the bundled calibration set (version "
+             f"{v['label_set_version'][:12]}): {v['n']} of {v['n_items']} items compared"
+             + (f" ({left} left out)" if left else "") + f", {v['scale']} scale, {v['n_resamples']:,} resamples"
+             + (f"; the two human passes agree at kappa {passes:.3f}" if passes is not None else "")),
+        Text(f"kappa {_est(v['kappa'], False)}, agreement {_est(v['agreement'], False)}; recall "
+             + ", ".join(f"{c} {_est(r, False)}" for c, r in v["recall"].items())),
+    ]
+    floor = f"kappa ≥ {v['floor']['min_kappa']:g}, every class recall ≥ {v['floor']['min_class_recall']:g}"
+    if v["meets_floor"]:
+        lines.append(Text(f"meets the gate floor ({floor}): {v['floor_detail']}; its metrics are shown as "
+                          "validated"))
+    else:
+        lines.append(Text(f"does NOT meet the gate floor ({floor}): {v['floor_detail']}; faithfulness and the "
+                          "other metrics it scores are shown as unvalidated and cannot pass or fail a gate"))
+    return lines
+
+
+def demo_json(res) -> dict:
+    """What `demo --json` prints: every figure of the demo, the judge's validation summary and the validation
+    status of each run's judge metrics (a judge metric's mean in ``summaries`` carries ``judge_status``)."""
+    return {"out": str(res.out), "run_ids": res.run_ids, "summaries": res.summaries,
+            "comparisons": [c.to_dict() for c in res.comparisons], "gate": res.gate.to_dict(),
+            "oracle_ladder": res.ladder, "decomposition": res.decomposition,
+            "attribution": res.attribution, "report": str(res.report) if res.report else None,
+            "judge_validation": {"validation": res.judge_validation["summary"],
+                                 "statuses": res.judge_validation["statuses"]},
+            "timings_s": res.timings}
+
+
 def demo(
     out: Path = typer.Option(Path("ragassay-demo"), "-o", "--out", help="Where to write the demo's outputs."),
     resamples: int = typer.Option(10_000, "--resamples", min=100, help="Bootstrap resamples per comparison."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Build the bundled golden set, run four configurations (BM25, hybrid, hybrid + reranker, oracle
-    context), compare them with the baseline, gate, and write the store, the traces and an HTML report."""
+    context), validate the local lexical judge on the bundled calibration set and judge every run's answers
+    with it (faithfulness shown with its validation status), compare with the baseline, gate, and write the
+    store, the traces and an HTML report."""
     from ragassay.analysis.demo import DEMO_CONFIGS, claim_demo_dir, run_demo
 
     claim_demo_dir(out)  # before any work: a refused -o costs nothing
@@ -135,24 +191,23 @@ def demo(
 
         res = run_demo(out, n_resamples=resamples, progress=tick)
     if json_out:
-        print_json({"out": str(res.out), "run_ids": res.run_ids, "summaries": res.summaries,
-                    "comparisons": [c.to_dict() for c in res.comparisons], "gate": res.gate.to_dict(),
-                    "oracle_ladder": res.ladder, "decomposition": res.decomposition,
-                    "attribution": res.attribution, "report": str(res.report) if res.report else None,
-                    "timings_s": res.timings})
+        print_json(demo_json(res))
         return
     corpus = res.corpus
     console.print(f"[bold]ragassay demo[/]: {len(corpus)} license documents ({corpus.n_chars:,} characters), "
                   f"four configurations")
     print_manifest_summary(res.golden.manifest)
+    console.print("\n[bold]judge validation[/] (spec §11.1):")
+    for line in _judge_block(res.judge_validation["summary"]):
+        console.print(line)
     console.print(_stage_table(res.summaries))
     console.print(_strata_table(res.summaries))
     for comp in res.comparisons:
         a, b = esc(comp.run_a.name), esc(comp.run_b.name)
         console.print(f"\n[bold]{b} vs {a}[/]: {_verdict_counts(comp)} (all claims: ragassay compare {a} {b} "
                       f"--store {esc(res.out / 'ragassay.duckdb')})")
-        for claim in _top_claims(comp):
-            console.print("• " + claim, markup=False)
+        for row in _claim_rows(comp):
+            console.print("• " + comp.claim(row), markup=False)
     console.print(_decomposition_table(res.decomposition, res.ladder))
     for ch in res.decomposition["changes"]:
         row = next(r for r in ch["rows"] if r["stratum"] == "all")["change"]

@@ -254,3 +254,61 @@ def ablation_view(a: object) -> dict | None:
             "margin": fmt.num(_n(a.get("margin"), "ablation.margin")), "rows": rows,
             "placebo": {"passed": bool(placebo.get("passed")),
                         "delta": fmt.signed(_n(placebo.get("delta"), "ablation.placebo.delta"))} if placebo else None}
+
+
+def judge_validation_view(j: object) -> dict | None:
+    """The judge validation (``ragassay.analysis.demo.judge_validation_section``): the floor verdict, kappa and
+    per-class figures with intervals, the confusion matrix, reliability bins of P(bad) before and after
+    isotonic recalibration, the band, the bias probes, per-case agreement, and each judge metric's status."""
+    j = _map(j, "judge_validation")
+    p = "judge_validation"
+    per_class = [{"label": str(c.get("label", "")), "support": fmt.num(_n(c.get("support"), f"{p}.per_class[{i}].support")),
+                  "predicted": fmt.num(_n(c.get("predicted"), f"{p}.per_class[{i}].predicted")),
+                  "cells": [_stat(c.get(k), f"{p}.per_class[{i}].{k}") for k in ("precision", "recall", "f1")]}
+                 for i, c in enumerate(_maps(j.get("per_class", []), f"{p}.per_class"))]
+    classes = [str(c) for c in _seq(j.get("classes", []), f"{p}.classes")]
+    rows = _seq(j.get("confusion", []), f"{p}.confusion")
+    if len(rows) != len(classes) or any(len(_seq(r, f"{p}.confusion[{i}]")) != len(classes)
+                                        for i, r in enumerate(rows)):
+        raise _fail(f"{p}.confusion", f"must be {len(classes)} x {len(classes)} (one row and column per class)")
+    confusion = [{"label": lab, "counts": [fmt.num(_n(v, f"{p}.confusion[{i}][{k}]")) for k, v in enumerate(row)]}
+                 for i, (lab, row) in enumerate(zip(classes, rows, strict=True))]
+    rel = _map(j.get("reliability") or {}, f"{p}.reliability")
+    reliability = {}
+    for key in ("raw", "recalibrated"):
+        reliability[key] = [{k: fmt.num(_n(b.get(k), f"{p}.reliability.{key}[{i}].{k}"))
+                             for k in ("mean_score", "frac_positive", "count")}
+                            for i, b in enumerate(_maps(rel.get(key, []), f"{p}.reliability.{key}"))]
+        reliability[f"ece_{key}"] = _stat(rel.get(f"ece_{key}"), f"{p}.reliability.ece_{key}")
+    band = _map(j.get("band") or {}, f"{p}.band")
+    rep = _map(band.get("report") or {}, f"{p}.band.report")
+    bias = _map(j.get("bias") or {}, f"{p}.bias")
+    selfp = _map(bias.get("self_preference") or {}, f"{p}.bias.self_preference")
+    verdict = _map(j.get("verdict") or {}, f"{p}.verdict")
+    return {
+        "judge_model": str(j.get("judge_model", "")), "label_set_version": str(j.get("label_set_version") or "")[:12],
+        "n": fmt.num(_n(j.get("n"), f"{p}.n")), "n_items": fmt.num(_n(j.get("n_items"), f"{p}.n_items")),
+        "excluded": [f"{k} {fmt.num(_n(v, f'{p}.excluded.{k}'))}"
+                     for k, v in _map(j.get("excluded") or {}, f"{p}.excluded").items()],
+        "scale": str(j.get("scale") or ""), "passes_kappa": fmt.num(k) if (k := _n(j.get("passes_kappa"), f"{p}.passes_kappa")) is not None else None,
+        "kappa": _stat(j.get("kappa"), f"{p}.kappa"), "agreement": _stat(j.get("agreement"), f"{p}.agreement"),
+        "meets_floor": bool(verdict.get("meets_floor")), "floor_detail": str(verdict.get("detail", "")),
+        "min_kappa": fmt.num(_n(verdict.get("min_kappa"), f"{p}.verdict.min_kappa"), 2),
+        "min_class_recall": fmt.num(_n(verdict.get("min_class_recall"), f"{p}.verdict.min_class_recall"), 2),
+        "per_class": per_class, "classes": classes, "confusion": confusion, "reliability": reliability,
+        "band": {"lo": fmt.num(_n(band.get("lo"), f"{p}.band.lo")), "hi": fmt.num(_n(band.get("hi"), f"{p}.band.hi")),
+                 **{k: fmt.num(_n(rep.get(k), f"{p}.band.report.{k}"))
+                    for k in ("escalation_rate", "false_pass_rate", "false_fail_rate")}} if band else None,
+        "verbosity": _stat(bias.get("verbosity_slope_per_100_words"), f"{p}.bias.verbosity_slope_per_100_words",
+                           signed=True),
+        "self_preference": {"text": str(selfp["undefined"]), "ci": "", "undefined": True, "cls": "ci-undef"}
+        if "undefined" in selfp else _stat(selfp, f"{p}.bias.self_preference", signed=True),
+        "by_case": [{"case": str(c), "n": fmt.num(_n(r.get("n"), f"{p}.by_case.{c}.n")),
+                     "agreement": fmt.num(_n(r.get("agreement"), f"{p}.by_case.{c}.agreement"))}
+                    for c, r in ((c, _map(r, f"{p}.by_case.{c}"))
+                                 for c, r in _map(j.get("by_case") or {}, f"{p}.by_case").items())],
+        "metrics": [{"run": str(m.get("run", "")), "metric": str(m.get("metric", "")),
+                     "mean": fmt.num(_n(m.get("mean"), f"{p}.metrics[{i}].mean")), "status": str(m.get("status", "")),
+                     "reason": str(m.get("reason", ""))}
+                    for i, m in enumerate(_maps(j.get("metrics", []), f"{p}.metrics"))],
+    }
