@@ -299,10 +299,11 @@ def judge_validation_view(j: object) -> dict | None:
         "band": {"lo": fmt.num(_n(band.get("lo"), f"{p}.band.lo")), "hi": fmt.num(_n(band.get("hi"), f"{p}.band.hi")),
                  **{k: fmt.num(_n(rep.get(k), f"{p}.band.report.{k}"))
                     for k in ("escalation_rate", "false_pass_rate", "false_fail_rate")}} if band else None,
-        "verbosity": _stat(bias.get("verbosity_slope_per_100_words"), f"{p}.bias.verbosity_slope_per_100_words",
-                           signed=True),
-        "self_preference": {"text": str(selfp["undefined"]), "ci": "", "undefined": True, "cls": "ci-undef"}
-        if "undefined" in selfp else _stat(selfp, f"{p}.bias.self_preference", signed=True),
+        # a probe's sign is a direction of bias, not better or worse: no good/bad colour
+        "verbosity": {**_stat(bias.get("verbosity_slope_per_100_words"),
+                              f"{p}.bias.verbosity_slope_per_100_words", signed=True), "cls": ""},
+        "self_preference": {"text": str(selfp["undefined"]), "ci": "", "undefined": True, "cls": ""}
+        if "undefined" in selfp else {**_stat(selfp, f"{p}.bias.self_preference", signed=True), "cls": ""},
         "by_case": [{"case": str(c), "n": fmt.num(_n(r.get("n"), f"{p}.by_case.{c}.n")),
                      "agreement": fmt.num(_n(r.get("agreement"), f"{p}.by_case.{c}.agreement"))}
                     for c, r in ((c, _map(r, f"{p}.by_case.{c}"))
