@@ -28,7 +28,7 @@ from ragassay.report.html import _environment, build_context
 from ragassay.store import Store
 from ragassay.trace.io import read_traces
 
-pytestmark = pytest.mark.slow  # one whole demo (four pipelines, comparisons, report): about 10-20 s
+pytestmark = pytest.mark.slow  # one whole demo (four pipelines, judge, comparisons, report): 15-25 s here
 
 CLASSES = ("not_supported", "supported")
 PAYLOAD = "<script>document.title='PWNED'</script><img src=x onerror=alert(1)>"
