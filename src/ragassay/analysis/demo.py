@@ -153,7 +153,7 @@ def judge_validation_summary(record: dict) -> dict:
         "validation_id": record.get("validation_id"), "judge_model": record["judge_model"],
         "rubric_sha": record["rubric_sha"], "label_set_version": record["label_set_version"],
         "n_items": record["n_items"], "n": record["n"], "excluded": f["excluded"], "scale": f["scale"],
-        "human_passes_kappa": record["passes_kappa"], "kappa": f["kappa"], "agreement": f["agreement"],
+        "passes_kappa": record["passes_kappa"], "kappa": f["kappa"], "agreement": f["agreement"],
         "recall": {c["label"]: c["recall"] for c in f["per_class"]},
         "min_class_recall": record["min_class_recall"], "n_resamples": f["n_resamples"],
         "floor": {"min_kappa": record["floor"]["min_kappa"], "min_class_recall": record["floor"]["min_class_recall"]},

@@ -139,12 +139,13 @@ def _judge_block(v: dict) -> list[Text]:
     """The judge-validation lines: what was validated on what, kappa and per-class recall with their CIs,
     and the floor verdict that decides how faithfulness is shown."""
     left = ", ".join(f"{k} {n}" for k, n in v["excluded"].items())
-    passes = v["human_passes_kappa"]
+    passes = v["passes_kappa"]
     lines = [
         Text(f"judge {v['judge_model']} validated on the bundled calibration set (version "
              f"{v['label_set_version'][:12]}): {v['n']} of {v['n_items']} items compared"
              + (f" ({left} left out)" if left else "") + f", {v['scale']} scale, {v['n_resamples']:,} resamples"
-             + (f"; the two human passes agree at kappa {passes:.3f}" if passes is not None else "")),
+             + (f"; its two blind annotation passes (automated annotators, not people; see "
+                f"data/judge_calibration/README.md) agree at kappa {passes:.3f}" if passes is not None else "")),
         Text(f"kappa {_est(v['kappa'], False)}, agreement {_est(v['agreement'], False)}; recall "
              + ", ".join(f"{c} {_est(r, False)}" for c, r in v["recall"].items())),
     ]

@@ -206,7 +206,7 @@ def _print_validation(record: dict, label_set, judge_path: str) -> None:
     if f["excluded"]:
         console.print(Text("left out: " + ", ".join(f"{k} {v}" for k, v in f["excluded"].items())))
     if record.get("passes_kappa") is not None:
-        console.print(Text(f"human passes: kappa {record['passes_kappa']:.3f} between the two annotation passes"))
+        console.print(Text(f"annotation passes: kappa {record['passes_kappa']:.3f} between the two annotation passes"))
     console.print(Text(f"kappa {_fmt(f['kappa'])}{' (linear weights)' if f.get('kappa_weights') else ''}, "
                        f"agreement {_fmt(f['agreement'])}"))
     table = Table("class", "human", "judge", "precision", "recall", "F1")
