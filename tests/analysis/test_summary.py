@@ -85,3 +85,10 @@ def test_summary_orders_metrics_by_stage_then_name():
     assert [r["metric"] for r in got["metrics"]] == ["recall@fusion_depth", "recall@10", "answer_f1"]
     assert got["metrics"][0]["mean"] != got["metrics"][0]["mean"] and got["metrics"][0]["n_undefined"] == 1
     assert got["judged_fraction"] == {"mean": None, "n": 0, "n_undefined": 1}
+
+
+def test_every_judge_metric_is_a_generate_stage_metric():
+    from ragassay.analysis.summary import stage_of
+    from ragassay.judges.validate import METRIC_KIND
+
+    assert {m: stage_of(m) for m in METRIC_KIND} == dict.fromkeys(METRIC_KIND, "generate")

@@ -9,7 +9,10 @@ import numpy as np
 
 STAGES = ("retrieve", "rerank", "ranking", "context", "generate")
 _GENERATE = {"answer_f1", "answer_em", "abstention_recall", "over_refusal", "refused", "error",
-             "citation_validity"}
+             "citation_validity",
+             # judge metrics grade the answer, so they belong to the generate stage
+             "faithfulness", "citation_precision", "citation_recall", "numeric_consistency",
+             "answer_relevance", "correctness", "nugget_v_strict", "nugget_v", "nugget_a_strict", "nugget_a"}
 
 
 def stage_of(metric: str) -> str:
