@@ -148,6 +148,10 @@ class Store:
         self._judge_calls_present = True
         self._validations_present = True
         self._batches_present = True
+        # Read-path memo: the report and analyses ask for the same run and its metric names dozens of times,
+        # and at 100,000 queries each `metrics` is a scan of millions of rows. Any write empties it.
+        self._runs_cache: dict[str, RunRecord] = {}
+        self._metrics_cache: dict[str, list[str]] = {}
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -260,7 +264,12 @@ class Store:
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
         """The underlying DuckDB connection, for ad-hoc SQL over the documented tables."""
+        self._forget()  # the caller may write through it
         return self._con
+
+    def _forget(self) -> None:
+        self._runs_cache.clear()
+        self._metrics_cache.clear()
 
     # ------------------------------------------------------------------ runs
     def create_run(self, record: RunRecord) -> str:
@@ -328,6 +337,12 @@ class Store:
         ref = (ref or "").strip()
         if not ref:
             raise InputError("empty run reference; give a run_id, a unique run_id prefix or a run name")
+        hit = self._runs_cache.get(ref)
+        if hit is None:
+            hit = self._runs_cache[ref] = self._resolve_run(ref)
+        return hit
+
+    def _resolve_run(self, ref: str) -> RunRecord:
         for where, params in (
             ("WHERE run_id = ?", [ref]),
             ("WHERE name = ? ORDER BY run_id DESC LIMIT 1", [ref]),
@@ -375,6 +390,7 @@ class Store:
         return rows[0][0]
 
     def _check_writable(self) -> None:
+        self._forget()
         if self.read_only:
             raise InputError(f"{self.path} was opened read-only; open it with read_only=False to write")
 
@@ -484,10 +500,13 @@ class Store:
     def metrics(self, run_ref: str) -> list[str]:
         """Distinct metric names of a run, sorted."""
         run_id = self.get_run(run_ref).run_id
-        rows = self._con.execute(
-            "SELECT DISTINCT metric FROM results WHERE run_id = ? ORDER BY metric", [run_id]
-        ).fetchall()
-        return [r[0] for r in rows]
+        names = self._metrics_cache.get(run_id)
+        if names is None:
+            rows = self._con.execute(
+                "SELECT DISTINCT metric FROM results WHERE run_id = ? ORDER BY metric", [run_id]
+            ).fetchall()
+            names = self._metrics_cache[run_id] = [r[0] for r in rows]
+        return list(names)
 
     def results_wide(self, run_ref: str, metrics: Sequence[str]) -> WideResults:
         """Pivot a run to an (n, m) float matrix: one row per (query_id, trial), one column per metric.
