@@ -189,35 +189,61 @@ def split_change(ya, ha, yb, hb, query_ids, *, n_resamples: int = DEFAULT_RESAMP
     """The change A_b - A_a split into delivery and use terms (module docstring), with paired bootstrap
     intervals: the same queries are drawn for both runs. Rows with any NaN are left out of both runs.
     A term is undefined when a cell (hit or miss) is empty in either run."""
+    return _paired_split(ya, ha, yb, hb, query_ids, n_resamples=n_resamples, confidence=confidence,
+                         seed=seed)[2]
+
+
+def _terms(ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
+    """[delta_A, delivery, use] from the two runs' (..., 4) cell sums."""
+    a, b = _abc(ta), _abc(tb)
+    hm = (a[..., 1] + b[..., 1]) / 2
+    um = ((a[..., 2] - a[..., 3]) + (b[..., 2] - b[..., 3])) / 2
+    delivery = um * (b[..., 1] - a[..., 1])
+    use = hm * (b[..., 2] - a[..., 2]) + (1 - hm) * (b[..., 3] - a[..., 3])
+    return np.stack([b[..., 0] - a[..., 0], delivery, use], axis=-1)
+
+
+def _paired_split(ya, ha, yb, hb, query_ids, *, n_resamples: int, confidence: float, seed: int):
+    """(decomposition of A, of B, split of the change) on the rows where all four are defined.
+
+    All three come from one draw of resample counts: each resample's counts multiply both runs' unit cell
+    sums at once (a (resamples x units) by (units x 8) product), so the three intervals cost one bootstrap.
+    Each equals what :func:`decompose` and :func:`split_change` give alone with the same seed, since they
+    draw the same counts for the same units."""
     arrs = [np.asarray(x, dtype=float) for x in (ya, ha, yb, hb)]
     qids = np.asarray(query_ids, dtype=object)
     ok = ~np.any([np.isnan(x) for x in arrs], axis=0)
-    res = {"n": int(ok.sum()), "n_excluded": int((~ok).sum())}
-    names = ("delta_A", "delivery", "use")
-    if ok.sum() == 0:
-        return {**res, **{k: _stat(float("nan"), 0, 0, 0) for k in names}}
+    n = int(ok.sum())
+    change = {"n": n, "n_excluded": int((~ok).sum())}
+    sides = [{"n": n, "n_excluded": 0, "n_hit": int(h[ok].sum()), "n_miss": int(n - h[ok].sum())}
+             for h in (arrs[1], arrs[3])]
+    abc_names, change_names = ("A", "h", "c1", "c0"), ("delta_A", "delivery", "use")
+    if n == 0:
+        for side in sides:
+            side.update({k: _stat(float("nan"), 0, 0, 0) for k in abc_names})
+        change.update({k: _stat(float("nan"), 0, 0, 0) for k in change_names})
+        return sides[0], sides[1], change
     unit = _units(qids[ok])
     k = int(unit.max()) + 1
     sa = _cell_sums(arrs[0][ok], arrs[1][ok], unit, k)
     sb = _cell_sums(arrs[2][ok], arrs[3][ok], unit, k)
-
-    def terms(ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
-        a, b = _abc(ta), _abc(tb)
-        hm = (a[..., 1] + b[..., 1]) / 2
-        um = ((a[..., 2] - a[..., 3]) + (b[..., 2] - b[..., 3])) / 2
-        delivery = um * (b[..., 1] - a[..., 1])
-        use = hm * (b[..., 2] - a[..., 2]) + (1 - hm) * (b[..., 3] - a[..., 3])
-        return np.stack([b[..., 0] - a[..., 0], delivery, use], axis=-1)
-
-    point = terms(sa.sum(axis=0), sb.sum(axis=0))
+    both = np.concatenate([sa, sb], axis=1)
+    ta, tb = sa.sum(axis=0), sb.sum(axis=0)
+    points = [_abc(ta), _abc(tb), _terms(ta, tb)]
     if k > 1:
-        draws = np.concatenate([terms(ta, tb) for ta, tb in _resampled([sa, sb], n_resamples, seed)])
-        lo, hi = _ci(draws, confidence)
+        drawn = np.concatenate([t[0] for t in _resampled([both], n_resamples, seed)])
+        da, db = drawn[:, :4], drawn[:, 4:]
+        bounds = [_ci(x, confidence) for x in (_abc(da), _abc(db), _terms(da, db))]
     else:
-        lo = hi = np.full(3, np.nan)
-    for j, name in enumerate(names):
-        res[name] = _stat(float(point[j]), float(lo[j]), float(hi[j]), res["n"])
-    return res
+        bounds = [(np.full(len(p), np.nan), np.full(len(p), np.nan)) for p in points]
+    for side, point, (lo, hi) in zip(sides, points[:2], bounds[:2], strict=True):
+        counts = {"A": n, "h": n, "c1": side["n_hit"], "c0": side["n_miss"]}
+        for j, name in enumerate(abc_names):
+            side[name] = _stat(float(point[j]), float(lo[j]), float(hi[j]), counts[name])
+    lo, hi = bounds[2]
+    for j, name in enumerate(change_names):
+        change[name] = _stat(float(points[2][j]), float(lo[j]), float(hi[j]), n)
+    return sides[0], sides[1], change
 
 
 def _stage_columns(store: Store, run_ref: str, tab: QueryTable, rows: np.ndarray, confidence: float,
@@ -249,11 +275,13 @@ def _stage_columns(store: Store, run_ref: str, tab: QueryTable, rows: np.ndarray
 
 
 def decomposition_of_run(store: Store, run_ref: str, *, correct: str = DEFAULT_CORRECT, by_stratum: bool = True,
-                         n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95, seed: int = 0) -> dict:
-    """One run's decomposition overall and per stratum, beside the separate stage columns."""
+                         n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95, seed: int = 0,
+                         stages: bool = True) -> dict:
+    """One run's decomposition overall and per stratum, beside the separate stage columns (``stages=False``
+    leaves them out: each costs a bootstrap of its own, and the report does not show them)."""
     rule = CorrectRule.parse(correct)
     run = store.get_run(run_ref)
-    need = [rule.metric, DELIVERY_METRIC, CANDIDATE_RECALL, *CONTEXT_RELEVANCE, *SUPPORT]
+    need = [rule.metric, DELIVERY_METRIC, *((CANDIDATE_RECALL, *CONTEXT_RELEVANCE, *SUPPORT) if stages else ())]
     tab = query_table(store, run.run_id, need)
     if rule.metric not in tab.metrics:
         raise InputError(f"run {run.name!r} has no {rule.metric!r} rows; name another correctness metric with "
@@ -271,8 +299,9 @@ def decomposition_of_run(store: Store, run_ref: str, *, correct: str = DEFAULT_C
         d = decompose(y[mask], h[mask], tab.query_ids[mask], n_resamples=n_resamples, confidence=confidence,
                       seed=seed)
         eligible = mask & ~np.isnan(y)
-        d["stages"] = _stage_columns(store, run.run_id, tab, mask, confidence, n_resamples, seed)
-        d["stages"]["correctness"] = {"source": str(rule), **d["A"]}
+        if stages:
+            d["stages"] = _stage_columns(store, run.run_id, tab, mask, confidence, n_resamples, seed)
+            d["stages"]["correctness"] = {"source": str(rule), **d["A"]}
         d["n_correct_defined"] = int(eligible.sum())
         rows.append({"stratum": name, **d})
     return {"run": {"run_id": run.run_id, "name": run.name}, "correct_rule": str(rule),
@@ -323,11 +352,8 @@ def decomposition_between(store: Store, run_a: str, run_b: str, *, correct: str 
     kw = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
     rows = []
     for name, m in groups:
-        ok = ~(np.isnan(ya) | np.isnan(ha) | np.isnan(yb) | np.isnan(hb)) & m
-        rows.append({"stratum": name,
-                     "a": decompose(ya[ok], ha[ok], qids[ok], **kw),
-                     "b": decompose(yb[ok], hb[ok], qids[ok], **kw),
-                     "change": split_change(ya[m], ha[m], yb[m], hb[m], qids[m], **kw)})
+        a, b, change = _paired_split(ya[m], ha[m], yb[m], hb[m], qids[m], **kw)
+        rows.append({"stratum": name, "a": a, "b": b, "change": change})
     return {"run_a": {"run_id": ra.run_id, "name": ra.name}, "run_b": {"run_id": rb.run_id, "name": rb.name},
             "correct_rule": str(rule), "delivery_rule": f"{DELIVERY_METRIC}==1", "confidence": confidence,
             "n_resamples": n_resamples, "seed": seed, "rows": rows}
