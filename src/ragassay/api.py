@@ -1,0 +1,336 @@
+"""The Python API: ``ragassay.evaluate(system, golden=..., corpus=...)`` -> :class:`Run`.
+
+A thin layer over the functions the CLI calls: traces come from the adapters in
+:mod:`ragassay.trace.adapters`, are scored and stored by :mod:`ragassay.analysis.runner` (the code path of
+``ragassay score``), and a run compares, gates and reports through :mod:`ragassay.analysis.compare`,
+:mod:`ragassay.analysis.gate` and :mod:`ragassay.report`. Nothing is computed here that the CLI does not
+compute the same way, so a number from a notebook and a number from CI agree.
+
+The store is opened for each operation and closed again (DuckDB allows one writer per file), so a
+notebook can keep several :class:`Run` objects and the CLI can read the same store in between.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragassay.errors import InputError
+
+DEFAULT_STORE = "ragassay.duckdb"
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+
+def _corpus(corpus: Any):
+    from ragassay.corpus import Corpus, bundled_corpus_dir, load_corpus
+
+    if isinstance(corpus, Corpus):
+        return corpus
+    return load_corpus(corpus if corpus is not None else bundled_corpus_dir())
+
+
+def _golden(golden: Any, corpus):
+    from ragassay.golden import GOLDEN_FILE, GoldenSet, build_golden, bundled_golden_source, load_golden
+
+    if isinstance(golden, GoldenSet):
+        gs = golden
+    else:
+        src = Path(golden) if golden is not None else bundled_golden_source()
+        gs = load_golden(src) if src.is_dir() and (src / GOLDEN_FILE).exists() else build_golden(src, corpus)
+    pinned = gs.manifest.get("corpus_digest")
+    if pinned is not None and pinned != corpus.digest:
+        raise InputError(f"the golden set was built against corpus {pinned}, but the corpus given has digest "
+                         f"{corpus.digest}; pass the corpus it was built from, or rebuild the golden set")
+    return gs
+
+
+def _sniff_file(path: Path) -> str:
+    """'traces' (ragassay JSONL), 'ragas' (rows as JSON/JSONL) or 'trec' (a run file), from the first line."""
+    if not path.is_file():
+        raise InputError(f"{path}: file not found; pass a trace JSONL, RAGAS rows or a TREC run file")
+    with path.open("rb") as fh:
+        first = b""
+        for raw in fh:
+            if raw.strip():
+                first = raw.strip()
+                break
+    if not first:
+        raise InputError(f"{path}: file is empty; expected traces, RAGAS rows or a TREC run")
+    if first[:1] == b"[":
+        return "ragas"
+    if first[:1] == b"{":
+        try:
+            rec = json.loads(first)
+        except ValueError:
+            # a pretty-printed JSON object spans lines: a column-oriented RAGAS export
+            return "ragas"
+        return "traces" if isinstance(rec, dict) and "type" in rec else "ragas"
+    return "trec"
+
+
+def _traces_for(system: Any, corpus, golden, *, name: str | None, trials: int, concurrency: int,
+                progress: bool):
+    """(header, traces, problems) for anything but a trace JSONL file, which the runner reads itself."""
+    from ragassay.trace.adapters import traces_from_callable, traces_from_ragas_rows, traces_from_trec_run
+
+    if callable(system):
+        return traces_from_callable(system, golden.queries, trials=trials, concurrency=concurrency,
+                                    progress=progress, run_name=name or getattr(system, "__name__", "callable"))
+    if isinstance(system, (str, Path)):
+        kind = _sniff_file(Path(system))
+        if kind == "ragas":
+            return traces_from_ragas_rows(system, corpus, run_name=name or Path(system).stem)
+        return traces_from_trec_run(system, corpus)
+    return traces_from_ragas_rows(system, corpus, run_name=name or "ragas-import")
+
+
+@contextmanager
+def _open(store: Any, read_only: bool) -> Iterator[Any]:
+    from ragassay.store import Store
+
+    if isinstance(store, Store):
+        yield store
+        return
+    with Store.open(store, read_only=read_only) as st:
+        yield st
+
+
+def evaluate(system: Any, *, golden: Any = None, corpus: Any = None, store: Any = DEFAULT_STORE,
+             name: str | None = None, trials: int = 1, concurrency: int = 4, options: Any = None,
+             allow_pin_mismatch: bool = False, progress: bool = False) -> Run:
+    """Score a system against a golden set, store the rows, and return the stored :class:`Run`.
+
+    ``system`` is one of: a callable ``fn(question) -> str | dict | Trace`` (sync or ``async``; it runs
+    ``trials`` times per query, ``concurrency`` at once); a path to a ragassay trace JSONL, to RAGAS rows
+    (``.json``/``.jsonl``) or to a TREC run file (told apart by their first line); or RAGAS rows in memory
+    (a list of dicts or a pandas DataFrame). ``golden`` is a built golden-set folder, an authoring file
+    (built on the fly) or a :class:`~ragassay.golden.GoldenSet`; ``corpus`` a folder, a JSONL file or a
+    :class:`~ragassay.corpus.Corpus`; both default to the bundled demo data. ``store`` is a DuckDB path or
+    an open :class:`~ragassay.store.Store`; ``options`` a :class:`~ragassay.analysis.scoring.ScoringOptions`
+    (hit rule, relevance threshold, gain, ties). Scoring and storage are exactly ``ragassay score``'s.
+    """
+    from ragassay.analysis.runner import score_traces_into_store
+    from ragassay.trace import write_traces
+
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise InputError(f"trials={trials!r}: give a positive integer")
+    corp = _corpus(corpus)
+    gs = _golden(golden, corp)
+    adapter_problems: list = []
+    with tempfile.TemporaryDirectory(prefix="ragassay-api-") as tmp:
+        if isinstance(system, (str, Path)) and _sniff_file(Path(system)) == "traces":
+            path = Path(system)
+        else:
+            header, traces, adapter_problems = _traces_for(system, corp, gs, name=name, trials=trials,
+                                                           concurrency=concurrency, progress=progress)
+            path = Path(tmp) / f"{header.run_name}.jsonl"
+            write_traces(path, header.model_copy(update={"dataset_version": gs.dataset_version,
+                                                         "corpus_digest": corp.digest}), traces)
+        with _open(store, read_only=False) as st:
+            run_id, info = score_traces_into_store(st, path, corp, gs, options=options, name=name,
+                                                   allow_pin_mismatch=allow_pin_mismatch)
+            rec = st.get_run(run_id)
+    info["adapter_problems"] = [f"{p.line}: {p.message}" for p in adapter_problems]
+    return Run(rec, store, info)
+
+
+def load_run(ref: str, store: Any = DEFAULT_STORE) -> Run:
+    """A stored run by run_id, unique run_id prefix or name (the latest run of that name)."""
+    with _open(store, read_only=True) as st:
+        return Run(st.get_run(ref), store, {})
+
+
+# ---------------------------------------------------------------------------------------------- results
+
+
+def _num(x: Any, signed: bool = False) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "undefined"
+    return f"{x:+.3f}" if signed else f"{x:.3f}"
+
+
+def _table_html(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    th = "".join(f"<th>{html.escape(str(h))}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+@dataclass
+class Run:
+    """A stored run. Every method reads the store, so the figures are the CLI's for the same run."""
+
+    record: Any
+    store: Any = DEFAULT_STORE
+    info: dict = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    def __repr__(self) -> str:
+        return f"Run({self.name!r}, run_id={self.run_id!r}, n_queries={self.record.n_queries})"
+
+    def to_arrow(self):
+        """The run's result rows, one per (query, trial, metric), as a pyarrow Table (undefined = null)."""
+        with _open(self.store, read_only=True) as st:
+            return st.results(self.run_id)
+
+    def to_pandas(self):
+        """:meth:`to_arrow` as a pandas DataFrame (needs pandas)."""
+        try:
+            import pandas  # noqa: F401
+        except ImportError:
+            raise InputError("to_pandas needs pandas: pip install pandas (or use to_arrow)") from None
+        return self.to_arrow().to_pandas()
+
+    def to_polars(self):
+        """:meth:`to_arrow` as a polars DataFrame (needs polars)."""
+        try:
+            import polars
+        except ImportError:
+            raise InputError("to_polars needs polars: pip install polars (or use to_arrow)") from None
+        return polars.from_arrow(self.to_arrow())
+
+    def summary(self) -> dict:
+        """Means per metric (with defined/undefined counts), per stratum, latency percentiles and judged
+        fraction: the figures ``ragassay score`` prints."""
+        from ragassay.analysis.summary import run_summary
+
+        return run_summary(self.to_arrow())
+
+    def metric(self, name: str) -> float:
+        """The mean of one metric over its defined rows (NaN when none is defined); ``name`` in any spelling
+        :func:`ragassay.metrics.names.canonical_name` knows, e.g. ``nDCG@5``."""
+        from ragassay.metrics.names import canonical_name
+
+        want = canonical_name(name)
+        for m in self.summary()["metrics"]:
+            if m["metric"] == want:
+                return m["mean"]
+        raise InputError(f"run {self.name} has no metric {want!r}; it has: "
+                         f"{', '.join(m['metric'] for m in self.summary()['metrics'])}")
+
+    def compare(self, other: Run | str, *, metrics: Sequence[str] | None = None, min_effect: Any = None,
+                n_resamples: int = 10_000, seed: int = 0, rebaseline: bool = False,
+                strata: bool = True) -> Comparison:
+        """Paired comparison with this run as the baseline and ``other`` as the candidate (``ragassay
+        compare``): deltas, bootstrap CIs, W/L/T, MDE, BH-adjusted p and claim sentences. ``metrics`` may be
+        spelled as ir_measures or trec_eval spell them (``nDCG@final_k``)."""
+        from ragassay.analysis.compare import DEFAULT_MIN_EFFECT, compare_runs
+        from ragassay.metrics.names import canonical_name
+
+        with _open(self.store, read_only=True) as st:
+            comp = compare_runs(st, self.run_id, _ref(other),
+                                metrics=[canonical_name(m) for m in metrics] if metrics else None,
+                                min_effect=DEFAULT_MIN_EFFECT if min_effect is None else min_effect,
+                                n_resamples=n_resamples, seed=seed, rebaseline=rebaseline, strata=strata)
+        return Comparison(comp)
+
+    def gate(self, other: Run | str, policy: Any = None, *, rebaseline: bool = False):
+        """PASS / WARN / FAIL of ``other`` against this run (``ragassay gate``); ``policy`` is a YAML path, a
+        :class:`~ragassay.analysis.gate.GatePolicy`, a dict of its fields, or None for the built-in policy.
+        The result's ``exit_code`` is the CLI's (1 on FAIL)."""
+        from ragassay.analysis.gate import GatePolicy, load_policy, run_gate
+
+        if isinstance(policy, dict):
+            try:
+                pol = GatePolicy.model_validate(policy)
+            except Exception as exc:  # pydantic's ValidationError, reported the way a policy file is
+                raise InputError(f"gate policy: {exc}") from None
+        elif isinstance(policy, GatePolicy):
+            pol = policy
+        else:
+            pol = load_policy(policy)
+        with _open(self.store, read_only=True) as st:
+            return run_gate(st, self.run_id, _ref(other), pol, rebaseline=rebaseline)
+
+    def report(self, path: str | Path, *others: Run | str, golden: Any = None, corpus: Any = None,
+               n_resamples: int = 10_000) -> Path:
+        """Write the self-contained HTML report of this run (the baseline) and ``others`` to folder
+        ``path``, as ``ragassay report`` does; returns the path of ``index.html``."""
+        from ragassay.analysis.compare import compare_runs
+        from ragassay.analysis.report_data import build_report_data
+        from ragassay.report import render_report
+
+        corp = _corpus(corpus)
+        gs = _golden(golden, corp)
+        with _open(self.store, read_only=True) as st:
+            recs = [self.record] + [st.get_run(_ref(o)) for o in others]
+            wrong = [r.name for r in recs if r.dataset_version != gs.dataset_version
+                     or r.corpus_digest != corp.digest]
+            if wrong:
+                raise InputError(f"run(s) {', '.join(wrong)} were scored on another golden set or corpus; pass "
+                                 f"the golden= and corpus= they were scored with")
+            comps = [compare_runs(st, recs[0].run_id, r.run_id, n_resamples=n_resamples) for r in recs[1:]]
+            data = build_report_data(st, [r.run_id for r in recs], gs, corp, comparisons=comps,
+                                     title=f"ragassay report: {', '.join(r.name for r in recs)}")
+            return render_report(data, Path(path))
+
+    def _repr_html_(self) -> str:
+        s = self.summary()
+        rows = [(m["stage"], m["metric"], _num(m["mean"]), m["n_defined"], m["n_undefined"]) for m in s["metrics"]]
+        head = (f"<p><b>{html.escape(self.name)}</b> <code>{html.escape(self.run_id)}</code> · "
+                f"{self.record.n_queries} queries · {self.record.trials} trial(s) · dataset "
+                f"<code>{html.escape(str(self.record.dataset_version))}</code></p>")
+        return head + _table_html(("stage", "metric", "mean", "defined", "undefined"), rows)
+
+
+def _ref(other: Run | str) -> str:
+    return other.run_id if isinstance(other, Run) else str(other)
+
+
+@dataclass
+class Comparison:
+    """A paired comparison (:class:`ragassay.analysis.compare.Comparison`) with notebook and Markdown views."""
+
+    result: Any
+
+    @property
+    def rows(self) -> list:
+        return self.result.rows
+
+    @property
+    def claims(self) -> list[str]:
+        return self.result.claims
+
+    def overall(self, metric: str):
+        """The all-strata row of ``metric`` (any spelling :func:`canonical_name` knows), or None."""
+        from ragassay.metrics.names import canonical_name
+
+        return self.result.overall(canonical_name(metric))
+
+    def to_dict(self) -> dict:
+        return self.result.to_dict()
+
+    def to_markdown(self, **kw: Any) -> str:
+        """The comparison as GitHub-flavoured Markdown (``compare --format markdown``)."""
+        from ragassay.report.markdown import comparison_markdown
+
+        return comparison_markdown(self.result, **kw)
+
+    def _repr_html_(self) -> str:
+        r = self.result
+        rows = [(x.metric, x.stratum, x.n, _num(x.mean_a), _num(x.mean_b), _num(x.delta, True),
+                 f"[{_num(x.ci_low, True)}, {_num(x.ci_high, True)}]", f"{x.wins}/{x.losses}/{x.ties}", x.verdict)
+                for x in r.rows]
+        head = (f"<p><b>{html.escape(r.run_a.name)}</b> → <b>{html.escape(r.run_b.name)}</b>, "
+                f"{r.settings.get('n_resamples', 0):,} paired-bootstrap resamples</p>")
+        claims = "".join(f"<li>{html.escape(c)}</li>" for c in r.claims)
+        return (head + _table_html(("metric", "stratum", "n", "A", "B", "Δ", "CI", "W/L/T", "verdict"), rows)
+                + (f"<ul>{claims}</ul>" if claims else ""))
+
+
+__all__ = ["Comparison", "Run", "evaluate", "load_run"]
