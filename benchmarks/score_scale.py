@@ -131,7 +131,11 @@ def build(root: Path, n: int, seed: int = 0) -> dict:
                 "citations": [units[0]["unit_id"]], "outcome": "answered",
                 "durations_ms": {"retrieve": 12.5, "generate": 80.0, "total": 95.0},
             }, separators=(",", ":")) + "\n")
-    return {"corpus": corpus_dir, "golden": golden_dir, "traces": traces}
+    return _paths(root, n)
+
+
+def _paths(root: Path, n: int) -> dict:
+    return {"corpus": root / "corpus", "golden": root / f"golden{n}", "traces": root / f"traces{n}.jsonl"}
 
 
 def _run(cmd: list[str]) -> tuple[float, float, str]:
@@ -153,16 +157,23 @@ def main() -> None:
     ap.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000])
     ap.add_argument("--repeat", type=int, default=3, help="runs per size; the table shows the fastest")
     ap.add_argument("--keep", type=Path, help="build the inputs here and keep them")
+    ap.add_argument("--build-only", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="ragassay-score-scale-"))
     root.mkdir(parents=True, exist_ok=True)
+    if args.build_only:
+        build(root, args.build_only)
+        return
     script = root / "span_recall.py"
     script.write_text(SPAN_RECALL, encoding="utf-8")
     ragassay = str(Path(sys.executable).with_name("ragassay"))
     results = {}
     try:
         for n in args.sizes:
-            paths = build(root, n)
+            # built in a child process: a fork of this process would carry its memory into the measured
+            # children's peak RSS
+            _run([sys.executable, __file__, "--build-only", str(n), "--keep", str(root)])
+            paths = _paths(root, n)
             mb = paths["traces"].stat().st_size / 1e6
             rows = []
             for r in range(args.repeat):

@@ -16,7 +16,10 @@ extras equal those of scoring the whole file at once (tested), including every p
 
 from __future__ import annotations
 
+import gc
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -332,7 +335,8 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
             store.write_batch(run_id, table, done=_done_markers(rows, {m.key: m for m in part.traces}))
         return ctx_tokens
 
-    for batch in _chain(first, batches):
+    def _one_batch(batch: TraceBatch) -> None:
+        nonlocal n_fail
         unknown.update(m.query_id for m in batch.traces if m.query_id not in golden)
         trials.update(m.trial for m in batch.traces)
         part = _Known.of(batch, golden)
@@ -344,8 +348,13 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
         ctx_tokens = write(part, check, skip_done=True)
         ctx.update(zip((m.key for m in part.traces), ctx_tokens.tolist(), strict=True))
         n_fail += check.count
-        examples += check.messages(traces_path, limit=MAX_EXAMPLES - len(examples))
+        examples.extend(check.messages(traces_path, limit=MAX_EXAMPLES - len(examples)))
         spans.append(batch.span)
+    # the loop allocates millions of short-lived acyclic objects; scans of the (large, long-lived) golden
+    # set and corpus would free nothing and grow with the run
+    with _gc_paused():
+        for batch in _chain(first, batches):
+            _one_batch(batch)
     trial_ids = sorted(trials) or [0]
     keys = [(q.query_id, tr) for tr in trial_ids for q in golden.queries]
     missing = [k for k in keys if k not in reader.lines]
@@ -371,6 +380,17 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
                     "unknown_queries": sorted(unknown), "missing": len(missing), "problems": extra["problems"],
                     "unit_failures": n_fail, "unit_failure_examples": examples, "warnings": extra["warnings"],
                     "pin_mismatch": mismatch}
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _chain(first: TraceBatch | None, rest):

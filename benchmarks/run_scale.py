@@ -1,0 +1,133 @@
+"""Benchmark: `ragassay run` (bm25) at 10,000 and 40,000 queries, whole process, beside bm25s alone.
+
+Inputs are built as in ``score_scale.py``: a synthetic corpus of 2,000 documents and golden sets of the
+given sizes built from verbatim quotes. Each measured command is its own process (wall time; peak RSS
+from ``os.wait4``):
+
+- ``ragassay run bm25.yaml --batched``: chunk, index, retrieve 64 queries at a time, fuse, pack, generate,
+  score every stage, store every row (latency stored as NULL: no per-request time exists);
+- ``ragassay run bm25.yaml`` (default): the same, each query run and timed on its own (honest latency);
+- ``bm25s``: the same chunks (ragassay's chunker, computed before the clock starts), bm25s index + top-50
+  retrieval of every question with the same tokenizer settings, nothing else.
+
+Targets (issue 18, about ``--batched``): 40,000 queries <= 4.4x the 10,000-query run; the 10,000-query run
+<= 3x bm25s alone.
+
+Usage: python benchmarks/run_scale.py [N ...] [--repeat R] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from score_scale import _paths, _run  # noqa: E402  (a sibling script, not a package)
+
+CONFIG = """name: bm25
+chunker: {kind: recursive, size: 128}
+bm25: {enabled: true, k1: 1.2, b: 0.75, lowercase: true, stemmer: english, stopwords: en, depth: 50}
+dense: {enabled: false}
+fusion: {method: rrf, k: 60, depth: 50}
+reranker: {kind: none, final_k: 10}
+packer: {budget_tokens: 1000, policy: stop}
+generator: {kind: extractive}
+"""
+
+BM25S = r'''
+import json, sys, time
+import bm25s, Stemmer
+chunks = json.load(open(sys.argv[1]))
+questions = json.load(open(sys.argv[2]))
+t0 = time.perf_counter()
+stemmer = Stemmer.Stemmer("english")
+corpus_tokens = bm25s.tokenize(chunks, stopwords="en", stemmer=stemmer, show_progress=False)
+index = bm25s.BM25(k1=1.2, b=0.75)
+index.index(corpus_tokens, show_progress=False)
+q_tokens = bm25s.tokenize(questions, stopwords="en", stemmer=stemmer, show_progress=False)
+docs, scores = index.retrieve(q_tokens, k=50, show_progress=False, n_threads=1)
+print(f"{len(questions)} questions, {len(chunks)} chunks, {time.perf_counter() - t0:.2f} s in-process")
+'''
+
+
+def _bm25s_inputs(root: Path, paths: dict, n: int) -> None:
+    import yaml
+
+    from ragassay.corpus import load_corpus
+    from ragassay.golden import load_golden
+    from ragassay.pipeline.chunkers import chunk_corpus
+    from ragassay.pipeline.config import parse_config
+
+    corpus = load_corpus(paths["corpus"])
+    cfg = parse_config(yaml.safe_load(CONFIG))
+    ch = cfg.chunker
+    chunks = [c.text for c in chunk_corpus({d.doc_id: d.text for d in corpus}, ch.kind, ch.size, ch.overlap)]
+    questions = [q.question for q in load_golden(paths["golden"]).queries]
+    cp, qp = root / f"chunks{n}.json", root / f"questions{n}.json"
+    cp.write_text(json.dumps(chunks), encoding="utf-8")
+    qp.write_text(json.dumps(questions), encoding="utf-8")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sizes", nargs="*", type=int, default=[10_000, 40_000])
+    ap.add_argument("--repeat", type=int, default=2, help="runs per size; the table shows the median")
+    ap.add_argument("--keep", type=Path, help="build the inputs here and keep them")
+    ap.add_argument("--inputs-only", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    root = args.keep or Path(tempfile.mkdtemp(prefix="ragassay-run-scale-"))
+    root.mkdir(parents=True, exist_ok=True)
+    if args.inputs_only:
+        _bm25s_inputs(root, _paths(root, args.inputs_only), args.inputs_only)
+        return
+    (root / "bm25.yaml").write_text(CONFIG, encoding="utf-8")
+    (root / "bm25s_alone.py").write_text(BM25S, encoding="utf-8")
+    ragassay = str(Path(sys.executable).with_name("ragassay"))
+    table = {}
+    try:
+        for n in args.sizes:
+            if not (root / f"golden{n}").exists():  # built in a child: see score_scale.py
+                _run([sys.executable, str(HERE / "score_scale.py"), "--build-only", str(n), "--keep", str(root)])
+            paths = _paths(root, n)
+            chunks, questions = root / f"chunks{n}.json", root / f"questions{n}.json"
+            if not chunks.exists():
+                _run([sys.executable, __file__, "--inputs-only", str(n), "--keep", str(root)])
+            rows = {"batched": [], "per query": [], "bm25s": []}
+            for r in range(args.repeat):
+                for mode, extra in (("batched", ["--batched"]), ("per query", [])):
+                    store = root / f"run{n}_{r}.duckdb"
+                    res = _run([ragassay, "run", str(root / "bm25.yaml"), "--golden", str(paths["golden"]),
+                                "--corpus", str(paths["corpus"]), "--store", str(store), "--profile", "--json",
+                                *extra])
+                    store.unlink()
+                    prof = json.loads(res[2])["profile_s"]
+                    rows[mode].append(res[:2])
+                    print(f"{n:>6} queries {mode:>9} run {r + 1}: {res[0]:.2f} s {res[1]:.0f} MB  profile "
+                          + " ".join(f"{k}={v:.2f}" for k, v in prof.items()), flush=True)
+                res = _run([sys.executable, str(root / "bm25s_alone.py"), str(chunks), str(questions)])
+                rows["bm25s"].append(res[:2])
+                print(f"{n:>6} queries     bm25s run {r + 1}: {res[0]:.2f} s {res[1]:.0f} MB  ({res[2].strip()})",
+                      flush=True)
+            table[n] = {k: sorted(v)[len(v) // 2] for k, v in rows.items()}
+        print("\n| queries | run --batched s | peak MB | run (per query) s | peak MB | bm25s alone s | batched / bm25s |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for n, t in table.items():
+            print(f"| {n:,} | {t['batched'][0]:.2f} | {t['batched'][1]:.0f} | {t['per query'][0]:.2f} | "
+                  f"{t['per query'][1]:.0f} | {t['bm25s'][0]:.2f} | {t['batched'][0] / t['bm25s'][0]:.2f} |")
+        if len(table) >= 2:
+            a, b = sorted(table)[:2]
+            for mode in ("batched", "per query"):
+                print(f"{mode}: {b:,} queries cost {table[b][mode][0] / table[a][mode][0]:.2f}x {a:,}")
+    finally:
+        if args.keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
