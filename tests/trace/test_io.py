@@ -150,3 +150,42 @@ def test_deeply_nested_and_overlong_numbers_are_line_problems(tmp_path):
     _, traces, problems = read_traces(path)
     assert [t.query_id for t in traces] == ["q1"] and [p.line for p in problems] == [3, 4]
     assert all(p.message.startswith(("JSON nested too deeply", "not valid JSON")) for p in problems)
+
+
+def test_batch_reader_reports_what_the_plain_reader_reports(tmp_path):
+    from ragassay.trace.io import TraceBatchReader, TraceReader
+
+    unit = '{"unit_id": "u", "doc_id": "d", "start": %s, "end": 9}'
+    lines = [
+        b'\xef\xbb\xbf{"type": "header", "run_name": "r"}',
+        b'{"type": "trace", "trace_id": "t", "query_id": "a", "fused": [' + (unit % "1").encode() + b']}',
+        b'{"type": "trace", "trace_id": "t", "query_id": "b", "fused": [' + (unit % '"2"').encode() + b']}',
+        b'{"type": "trace", "trace_id": "t", "query_id": "c", "fused": [' + (unit % "1180591620717411303424").encode()
+        + b']}',
+        b'{"type": "trace", "trace_id": "t", "query_id": "d", "fused": [' + (unit % "true").encode() + b']}',
+        b'{"type": "trace", "trace_id": "t", "query_id": "e", "fused": [{"unit_id": "u", "doc_id": "d", '
+        b'"start": 0, "end": 1, "score": NaN}]}',
+        b'{"type": "trace", "trace_id": "t", "query_id": "a"}',
+        b'   ',
+        b'{"type": "trace", "query_id": "\xff"}',
+        b'[1, 2]',
+        b'{"type": "trace", "trace_id": "t", "query_id": "f", "packed": [' + (unit % "1").encode()[:-1]
+        + b', "tokens": 4}], "packed_tokens": 5}',
+        b'{"type": "trace", "trace_id": "t", "query_id": "g", "fused": [' + (unit % "1").encode()[:-1]
+        + b', "colour": 1}]}',
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    plain = TraceReader(path)
+    traces = list(plain)
+    for size in (1, 3, 100):
+        fast = TraceBatchReader(path, size)
+        batches = list(fast)
+        assert fast.problems == plain.problems and fast.lines == plain.lines
+        assert fast.header.model_dump(exclude={"created"}) == plain.header.model_dump(exclude={"created"})
+        assert fast.n_records == plain.n_records
+        got = [(m.key, ln) for b in batches for m, ln in zip(b.traces, b.lines, strict=True)]
+        assert got == [(t.key, plain.lines[t.key]) for t in traces]
+        starts = [int(x) for b in batches for x in b.units.start]
+        assert starts == [u.start for t in traces for _, us in t.unit_lists() for u in us]
+    assert {p.line for p in plain.problems} == {4, 7, 9, 10, 11, 12}
