@@ -130,8 +130,10 @@ def _draw(rng: np.random.Generator, k: int, rows: int) -> np.ndarray:
     return rng.integers(0, k, size=(rows, k), dtype=np.int32)
 
 
-def _counts_from_draws(draws: np.ndarray, k: int) -> np.ndarray:
-    w = np.empty(draws.shape, dtype=np.float64)
+def _counts_from_draws(draws: np.ndarray, k: int, out: np.ndarray | None = None) -> np.ndarray:
+    # ``out``: a buffer reused across chunks; a fresh (rows, k) float64 array per chunk is hundreds of MB
+    # of new pages for the kernel to fault in and zero, which cost more than the counting.
+    w = np.empty(draws.shape, dtype=np.float64) if out is None else out[: draws.shape[0]]
     for r in range(draws.shape[0]):
         # bincount of an int32 array takes numpy's slow generic path (about 10x slower than on intp):
         # casting the row first is the cheap part.
@@ -175,6 +177,7 @@ def _boot_centered(
     rows = _chunk_rows(k, chunk_size)
     starts = list(range(0, n_resamples, rows))
     unit_sizes_equal = bool(np.all(c == c[0]))
+    buffer = np.empty((min(rows, n_resamples), k), dtype=np.float64)
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = pool.submit(_draw, rng, k, min(rows, n_resamples))
         for i, start in enumerate(starts):
@@ -182,7 +185,7 @@ def _boot_centered(
             if i + 1 < len(starts):
                 nxt = starts[i + 1]
                 pending = pool.submit(_draw, rng, k, min(rows, n_resamples - nxt))
-            w = _counts_from_draws(draws, k)
+            w = _counts_from_draws(draws, k, buffer)
             del draws
             num = (w @ s) / scale
             den = float(k * c[0]) if unit_sizes_equal else (w @ c)[:, None]
