@@ -116,7 +116,8 @@ def evaluate(system: Any, *, golden: Any = None, corpus: Any = None, store: Any 
     (built on the fly) or a :class:`~ragassay.golden.GoldenSet`; ``corpus`` a folder, a JSONL file or a
     :class:`~ragassay.corpus.Corpus`; both default to the bundled demo data. ``store`` is a DuckDB path or
     an open :class:`~ragassay.store.Store`; ``options`` a :class:`~ragassay.analysis.scoring.ScoringOptions`
-    (hit rule, relevance threshold, gain, ties). Scoring and storage are exactly ``ragassay score``'s.
+    (hit rule, relevance threshold, gain, ties), by default the hit rule and relevance threshold the golden
+    set's manifest states. Scoring and storage are exactly ``ragassay score``'s.
     """
     from ragassay.analysis.runner import score_traces_into_store
     from ragassay.trace import write_traces
@@ -125,6 +126,12 @@ def evaluate(system: Any, *, golden: Any = None, corpus: Any = None, store: Any 
         raise InputError(f"trials={trials!r}: give a positive integer")
     corp = _corpus(corpus)
     gs = _golden(golden, corp)
+    if options is None:
+        from ragassay.analysis.scoring import ScoringOptions
+
+        # the golden set's manifest states how its labels are meant to be read (a BEIR import: doc, >= 1)
+        options = ScoringOptions(hit_rule=gs.manifest.get("hit_rule") or "any_overlap",
+                                 relevance_threshold=gs.manifest.get("relevance_threshold") or 2)
     adapter_problems: list = []
     with tempfile.TemporaryDirectory(prefix="ragassay-api-") as tmp:
         if isinstance(system, (str, Path)) and _sniff_file(Path(system)) == "traces":
