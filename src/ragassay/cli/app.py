@@ -56,6 +56,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
                        "against human labels, rebaseline a judge change."),
     "analyze": ("analyze", "System analyses: evidence-delivery decomposition, oracle ladder, slices and cases, "
                            "ablations, latency, consistency, attribution, attacks, hygiene."),
+    "import": ("imports", "Import a BEIR dataset (corpus + golden set), OpenTelemetry spans, RAGAS rows or a "
+                          "TREC run (traces)."),
+    "doctor": ("doctor", "Check the environment, the store, and a golden set's pins: PASS / WARN / FAIL "
+                         "with a fix each."),
 }
 
 

@@ -1,0 +1,135 @@
+"""`ragassay import beir|otel|ragas|trec`: other tools' files -> a corpus and golden set, or a trace file.
+
+The trace importers write a ragassay trace JSONL (header pinned to the corpus and golden set) that
+``ragassay score`` then scores; their problems (unplaced contexts, bad lines) are printed and counted,
+never dropped silently.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.text import Text
+
+from ragassay.cli.common import console, err_console, esc, print_json
+
+import_app = typer.Typer(help="Import BEIR datasets, OpenTelemetry spans, RAGAS rows or TREC runs.",
+                         no_args_is_help=True)
+
+OUT_TRACES = typer.Option(..., "-o", "--out", help="Trace JSONL file to write (new, or an earlier trace file).")
+CORPUS = typer.Option(None, "--corpus", help="Corpus folder or .jsonl (default: bundled).")
+GOLDEN = typer.Option(None, "--golden", help="Golden set folder or authoring file (default: bundled).")
+JSON = typer.Option(False, "--json", help="Machine-readable output.")
+
+
+def _is_trace_file(path: Path) -> bool:
+    import json
+
+    try:
+        with path.open(encoding="utf-8") as fh:
+            first = json.loads(fh.readline())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(first, dict) and first.get("type") == "header"
+
+
+def _write(out: Path, header, traces, problems, corpus, golden, json_out: bool, what: str) -> None:
+    from ragassay.fsio import check_output_file
+    from ragassay.trace import write_traces
+
+    check_output_file(out, "traces", overwrite_ok=_is_trace_file)
+    if golden is not None:
+        header = header.model_copy(update={"dataset_version": golden.dataset_version})
+    header = header.model_copy(update={"corpus_digest": corpus.digest})
+    write_traces(out, header, traces)
+    lines = [f"{p.line}: {p.message}" for p in problems]
+    if json_out:
+        print_json({"traces": str(out), "n_traces": len(traces), "problems": lines,
+                    "dataset_version": header.dataset_version, "corpus_digest": corpus.digest})
+        return
+    for line in lines[:20]:
+        err_console.print(Text("problem: ", style="yellow") + Text(f"{what} {line}"))
+    if len(lines) > 20:
+        err_console.print(f"... and {len(lines) - 20} more problem(s) (--json lists all)", markup=False)
+    console.print(f"wrote {len(traces)} trace(s) to [bold]{esc(out)}[/] with {len(lines)} problem(s); score "
+                  f"them with: ragassay score {esc(out)} --golden ... --corpus ...")
+
+
+def _inputs(corpus: Path | None, golden: Path | None):
+    from ragassay.analysis.runner import load_inputs
+
+    return load_inputs(corpus, golden)
+
+
+@import_app.command("beir")
+def beir(
+    src: Path = typer.Argument(..., help="BEIR dataset folder (corpus.jsonl, queries.jsonl, qrels/)."),
+    out: Path = typer.Option(..., "-o", "--out", help="Output folder: corpus.jsonl, golden.jsonl, golden/."),
+    split: str = typer.Option("test", "--split", help="Qrels split: qrels/<split>.tsv."),
+    name: str = typer.Option(None, "--name", help="Dataset name (default: the folder's name)."),
+    json_out: bool = JSON,
+) -> None:
+    """A BEIR dataset -> a corpus and a golden set with document-level labels (doc hit rule, relevant >= 1)."""
+    from ragassay.importers.beir import import_beir
+
+    corpus, golden = import_beir(src, out, split=split, name=name)
+    info = {"corpus": str(out / "corpus.jsonl"), "golden": str(out / "golden"), "n_docs": len(corpus.docs),
+            "n_queries": len(golden), "negative_queries": sum(not q.answerable for q in golden.queries),
+            "dataset_version": golden.dataset_version, "hit_rule": golden.manifest["hit_rule"]}
+    if json_out:
+        print_json(info)
+        return
+    console.print(f"{info['n_docs']} documents -> [bold]{esc(info['corpus'])}[/]; {info['n_queries']} queries "
+                  f"({info['negative_queries']} negative) -> [bold]{esc(info['golden'])}[/] (hit rule doc, "
+                  f"relevant = grade >= 1, dataset {esc(golden.dataset_version)})")
+
+
+@import_app.command("otel")
+def otel(
+    spans: Path = typer.Argument(..., help="Exported spans (ConsoleSpanExporter output or JSON lines)."),
+    out: Path = OUT_TRACES, corpus: Path = CORPUS, golden: Path = GOLDEN,
+    name: str = typer.Option("otel-import", "--name", help="Run name in the trace header."),
+    json_out: bool = JSON,
+) -> None:
+    """OpenTelemetry spans (OpenInference conventions) -> traces, matched to golden queries."""
+    from ragassay.importers.otel import read_span_file, traces_from_spans
+
+    corp, gs = _inputs(corpus, golden)
+    header, traces, problems = traces_from_spans(read_span_file(spans), corp, gs, run_name=name)
+    _write(out, header, traces, problems, corp, gs, json_out, "otel trace")
+
+
+@import_app.command("ragas")
+def ragas(
+    rows: Path = typer.Argument(..., help="RAGAS rows: .json (rows or columns) or .jsonl."),
+    out: Path = OUT_TRACES, corpus: Path = CORPUS, golden: Path = GOLDEN,
+    name: str = typer.Option("ragas-import", "--name", help="Run name in the trace header."),
+    threshold: float = typer.Option(90.0, "--threshold", help="Fuzzy placement threshold (0-100)."),
+    json_out: bool = JSON,
+) -> None:
+    """RAGAS-style rows (question, contexts, answer) -> traces, each context placed in the corpus."""
+    from ragassay.trace.adapters import traces_from_ragas_rows
+
+    corp, gs = _inputs(corpus, golden)
+    header, traces, problems = traces_from_ragas_rows(rows, corp, threshold=threshold, run_name=name)
+    _write(out, header, traces, problems, corp, gs, json_out, "row")
+
+
+@import_app.command("trec")
+def trec(
+    run: Path = typer.Argument(..., help="TREC run file: qid Q0 docid rank score tag."),
+    out: Path = OUT_TRACES, corpus: Path = CORPUS, golden: Path = GOLDEN,
+    ties: str = typer.Option("trec_eval9", "--ties", help="given | trec_eval9 | trec_eval10"),
+    json_out: bool = JSON,
+) -> None:
+    """A TREC run -> retrieval-only traces of whole documents, ordered as trec_eval orders them."""
+    from ragassay.trace.adapters import traces_from_trec_run
+
+    corp, gs = _inputs(corpus, golden)
+    header, traces, problems = traces_from_trec_run(run, corp, ties=ties)
+    _write(out, header, traces, problems, corp, gs, json_out, "line")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(import_app, name="import")
