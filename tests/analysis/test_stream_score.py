@@ -20,9 +20,9 @@ import pytest
 from ragassay.analysis.demo import demo_config_dir
 from ragassay.analysis.runner import (
     MAX_EXAMPLES,
+    _done_markers,
     _pin_mismatch,
     _record,
-    _write_scored,
     config_warnings,
     load_inputs,
     score_traces_into_store,
@@ -66,7 +66,7 @@ def _reference_import(store, traces_path, corpus, golden, options=None, name=Non
                   len(trials), f"traces:{traces_path}", extra)
     run_id = store.create_run(rec)
     keys = [(q.query_id, tr) for tr in trials for q in golden.queries]
-    _write_scored(store, run_id, scored, keys, {t.key: t for t in known})
+    store.write_batch(run_id, scored.columns, done=_done_markers(keys, {t.key: t for t in known}))
     store.finish_run(run_id, "complete")
     return run_id, {"n_traces": len(traces), "schema_failures": len(problems), "unknown_queries": unknown,
                     "missing": len(scored.missing), "problems": extra["problems"],

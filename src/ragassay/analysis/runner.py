@@ -34,6 +34,7 @@ from ragassay.store import RunRecord, Store
 from ragassay.trace import RunHeader, Trace, TraceWriter
 
 BATCH_QUERIES = 64
+MAX_COMMIT_QUERIES = 1024
 # Parts of a pipeline run timed by ``profile`` (wall seconds): building the pipeline (chunking, indexes),
 # the golden set's label arrays, running the queries, scoring them, writing traces, writing rows. Entries
 # ``stage:<name>`` add up the per-item stage times the traces record (within ``queries``).
@@ -127,11 +128,6 @@ def _done_markers(keys: Sequence[tuple[str, int]], trace_by_key: dict) -> list[t
     return done
 
 
-def _write_scored(store: Store, run_id: str, scored: ScoredRun, keys: Sequence[tuple[str, int]],
-                  trace_by_key: dict) -> None:
-    store.write_batch(run_id, scored.columns, done=_done_markers(keys, trace_by_key))
-
-
 def _context_tokens_mean_of(values: Sequence[float]) -> float | None:
     defined = [v for v in values if not math.isnan(v)]
     return float(np.mean(defined)) if defined else None
@@ -205,6 +201,27 @@ def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpu
     labels = Labels(golden, opt)
     prof["labels"] = time.perf_counter() - t_part
     total = len(todo)
+    # Rows commit in groups of batches: a DuckDB transaction costs about as much as scoring 64 queries, so
+    # one per batch made the store half of a large run. At most ~16 groups per run, none above 1,024
+    # queries, so a kill still loses little and small runs commit every batch as before.
+    group = max(BATCH_QUERIES, min(MAX_COMMIT_QUERIES, total // 16))
+    pending: list[tuple[ScoredRun, list[tuple[str, int]], list[Trace]]] = []
+
+    def flush() -> None:
+        nonlocal n_failures, examples
+        t_store = time.perf_counter()
+        cols = {k: [v for sc, _, _ in pending for v in sc.columns[k]] for k in pending[0][0].columns}
+        done = [d for sc, keys, traces in pending for d in _done_markers(keys, {t.key: t for t in traces})]
+        store.write_batch(run_id, cols, done=done)
+        failed = [sc.unit_check for sc, _, _ in pending if sc.unit_check.count]
+        for check in failed:
+            n_failures += check.count
+            examples += check.messages(limit=MAX_EXAMPLES - len(examples))
+        if failed:
+            _update_extra(store, run_id, {"unit_failures": n_failures, "unit_failure_examples": examples})
+        pending.clear()
+        prof["store"] += time.perf_counter() - t_store
+
     for start in range(0, total, BATCH_QUERIES):
         batch = todo[start:start + BATCH_QUERIES]
         t_part = time.perf_counter()
@@ -221,18 +238,14 @@ def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpu
                 writer = TraceWriter(Path(traces_dir) / f"{run_id}.jsonl", header, mode="a")
             # a batch whose traces landed but whose rows did not commit is re-run on resume: write it once
             writer.write_all([t for t in traces if t.key not in writer.done])
-        t_store = time.perf_counter()
-        prof["traces"] += t_store - t_part
-        _write_scored(store, run_id, scored, keys, {t.key: t for t in traces})
-        prof["store"] += time.perf_counter() - t_store
+        prof["traces"] += time.perf_counter() - t_part
+        pending.append((scored, keys, traces))
+        if sum(len(k) for _, k, _ in pending) >= group or start + BATCH_QUERIES >= total:
+            flush()
         for t in traces:
             for stage, ms in t.durations_ms.items():
                 if stage != "total":
                     prof[f"stage:{stage}"] = prof.get(f"stage:{stage}", 0.0) + ms / 1000.0
-        if scored.unit_check.count:
-            n_failures += scored.unit_check.count
-            examples += scored.unit_check.messages(limit=MAX_EXAMPLES - len(examples))
-            _update_extra(store, run_id, {"unit_failures": n_failures, "unit_failure_examples": examples})
         if progress:
             progress(min(start + BATCH_QUERIES, total), total)
     if writer is not None:
