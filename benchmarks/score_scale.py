@@ -103,7 +103,10 @@ def build(root: Path, n: int, seed: int = 0) -> dict:
             d = int(qdocs[q])
             s = texts[d].index(" ", int(rng.integers(0, DOC_CHARS - 200))) + 1
             e = texts[d].index(" ", s + 60)
-            fh.write(json.dumps({"query_id": f"q{q:06d}", "stratum": "lexical", "question": f"query {q}?",
+            # the question shares words (and the document's own tokens) with its evidence, so BM25 has work
+            words = texts[d][s:e].split()
+            question = f"What does the licence say about {' '.join(words[1:5])}?"
+            fh.write(json.dumps({"query_id": f"q{q:06d}", "stratum": "lexical", "question": question,
                                  "evidence": [{"doc_id": f"doc{d:04d}", "quote": texts[d][s:e], "grade": 2 + q % 2}],
                                  "reference_answer": f"answer {q}"}) + "\n")
     golden_dir = root / f"golden{n}"
