@@ -115,3 +115,31 @@ def test_rbp_worked_example_and_cutoff():
     assert residual[0] == pytest.approx(0.5 * 0.5 + 0.5**4)
     value2, residual2 = rbp(gm, 0.5, relevance_level=1, k=2)
     assert value2[0] == pytest.approx(0.5) and residual2[0] == pytest.approx(0.25 + 0.25)
+
+
+NEW_IR_MEASURES = {"NumRet": "num_ret", "NumRel": "num_rel", "NumRelRet": "num_rel_ret", "SetP": "set_precision",
+                   "SetR": "set_recall", "SetF": "set_f", "IPrec@0.5": "iprec(r=0.5)", "infAP": "infap"}
+NEW_TREC_EVAL = {"num_ret": "num_ret", "num_rel": "num_rel", "num_rel_ret": "num_rel_ret", "set_P": "set_precision",
+                 "set_recall": "set_recall", "set_F": "set_f", "iprec_at_recall_0.50": "iprec(r=0.5)",
+                 "11pt_avg": "11pt_avg", "infAP": "infap", "gm_map": "gm_map"}
+
+
+@pytest.mark.parametrize(("name", "canonical"), sorted(NEW_IR_MEASURES.items()))
+def test_new_measures_parse_from_ir_measures_names_and_write_them_back(name, canonical):
+    ours = Metric.parse(name)
+    assert str(ours) == canonical and Metric.parse(canonical) == ours
+    assert ir_measures.parse_measure(ours.ir_measures_name()) == ir_measures.parse_measure(name)
+
+
+@pytest.mark.parametrize(("name", "canonical"), sorted(NEW_TREC_EVAL.items()))
+def test_new_measures_parse_from_trec_eval_names(name, canonical):
+    assert str(Metric.parse(name)) == canonical
+    assert canonical_name(name) == canonical
+
+
+def test_measures_without_an_ir_measures_twin_say_so():
+    for name in ("dcg@10", "11pt_avg", "gm_map"):
+        with pytest.raises(InputError, match="no ir_measures equivalent"):
+            Metric.parse(name).ir_measures_name()
+    with pytest.raises(InputError, match="recall level"):
+        Metric.parse("IPrec@1.5")

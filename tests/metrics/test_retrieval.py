@@ -135,8 +135,8 @@ def test_metric_names_round_trip_and_reject_other_spellings():
         "judged@10",
     ]:
         assert str(Metric.parse(name)) == name
-    with pytest.raises(InputError, match="did you mean precision@5"):
-        Metric.parse("P@5")
+    # other tools' spellings are accepted and mapped to the canonical one
+    assert str(Metric.parse("P@5")) == "precision@5" and str(Metric.parse("P_5")) == "precision@5"
     with pytest.raises(InputError, match="did you mean rr"):
         Metric.parse("mrr")
     with pytest.raises(InputError, match="needs a cutoff"):

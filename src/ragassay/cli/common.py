@@ -2,20 +2,52 @@
 
 User text (run and dataset names, doc ids, questions, answers) must never be read as rich markup: pass it
 through :func:`esc` when it goes inside a markup string, or print it with ``markup=False`` / as a
-``rich.text.Text``. Both consoles have emoji codes off, so ``:smile:`` in a doc id stays as typed.
+``rich.text.Text``. Both consoles have emoji codes off, so ``:smile:`` in a doc id stays as typed. When the
+output is not a terminal, tables keep their full width (``$COLUMNS``, else 200 columns) instead of being cut
+at 80; progress bars go to stderr and only to a terminal.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
-console = Console(highlight=False, emoji=False)
-err_console = Console(stderr=True, highlight=False, emoji=False)
+# Piped or captured output is not cut to rich's 80-column fallback: $COLUMNS when set, else this.
+WIDE_DEFAULT = 200
+
+
+def output_width(stream) -> int | None:
+    """The width for a console writing to ``stream``: None (rich measures the terminal) on a TTY, else
+    ``$COLUMNS`` when it is a positive integer, else :data:`WIDE_DEFAULT`."""
+    if getattr(stream, "isatty", lambda: False)():
+        return None
+    cols = os.environ.get("COLUMNS", "")
+    return int(cols) if cols.isdigit() and int(cols) > 0 else WIDE_DEFAULT
+
+
+def make_console(*, stderr: bool = False, **kwargs) -> Console:
+    """A console with emoji codes and highlighting off and the width of :func:`output_width`."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, highlight=False, emoji=False, width=output_width(stream), **kwargs)
+
+
+console = make_console()
+err_console = make_console(stderr=True)
+
+
+def progress(*, enabled: bool = True):
+    """A transient progress bar on stderr, shown only when stderr is a terminal and ``enabled`` (callers pass
+    ``not json_out``), so ``--json`` and piped or captured output never carry it."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    show = enabled and sys.stderr.isatty()
+    return Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=True, disable=not show)
 
 EXIT_OK = 0
 EXIT_FAIL = 1

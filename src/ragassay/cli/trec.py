@@ -12,6 +12,7 @@ from pathlib import Path
 
 import typer
 
+PROGRESS_BYTES = 50_000_000  # run files from this size on get a progress bar on a terminal
 TIE_HELP = (
     "tie rule: trec_eval9 (float32 scores, doc id descending: trec_eval 9.x and pytrec_eval; alias "
     "trec_eval) | trec_eval10 (double scores: trec_eval 10.0) | given (file order)"
@@ -42,25 +43,42 @@ def register(app: typer.Typer) -> None:
             "pytrec_eval do; the undefined count is still reported",
         ),
     ) -> None:
-        """Score a TREC run against qrels; undefined per-query values (no relevant labels) are counted."""
+        """Score a TREC run against qrels; undefined per-query values (no relevant labels) are counted.
+
+        Any ragassay, ir_measures or trec_eval measure name: nDCG@10, ERR@10, "RBP(p=0.8)" (its residual, the
+        most unjudged ranks could add, is printed beside it), num_rel_ret, set_F, iprec_at_recall_0.50,
+        11pt_avg, infAP, gm_map (geometric mean), dcg@10, ... (docs/metrics.md)."""
+        from ragassay.cli.common import progress
         from ragassay.errors import InputError
         from ragassay.metrics.names import Metric
         from ragassay.metrics.semantics import Semantics
-        from ragassay.metrics.trec import evaluate_trec
+        from ragassay.metrics.trec import evaluate_trec, read_qrels, read_run
 
         try:
             sem = Semantics.trec_eval(relevance_level=relevance_level, gain=gain, ties=ties)
             metrics = [Metric.parse(m) for m in metric]
-            results, coverage = evaluate_trec(qrels, run, metrics, sem)
+            # a bar only where reading and joining take long enough to wonder (and never in --json or a pipe)
+            large = run.is_file() and run.stat().st_size >= PROGRESS_BYTES
+            with progress(enabled=large and not as_json) as bar:
+                step = bar.add_task("reading qrels", total=3)
+                q = read_qrels(qrels)
+                bar.update(step, advance=1, description="reading run")
+                r = read_run(run)
+                bar.update(step, advance=1, description="joining and scoring")
+                results, coverage = evaluate_trec(q, r, metrics, sem)
+                bar.update(step, advance=1)
         except InputError as exc:
             for line in str(exc).splitlines():
                 typer.echo(f"error: {line}", err=True)
             raise typer.Exit(code=2) from None
 
         def mean(r) -> float:
-            # trec_eval's mean divides by every scored query, an undefined value counting 0
+            # trec_eval's mean divides by every scored query, an undefined value counting 0 (gm_map: its
+            # 1e-5 floor, since trec_eval scores such a query AP 0)
             if undefined_as_zero:
-                return sum(0.0 if math.isnan(v) else float(v) for v in r.values) / len(r.values)
+                zero = 0.00001 if r.metric.geometric else 0.0
+                v = [zero if math.isnan(v) else float(v) for v in r.values]
+                return math.exp(sum(map(math.log, v)) / len(v)) if r.metric.geometric else sum(v) / len(v)
             return r.mean()
 
         if as_json:
@@ -70,34 +88,42 @@ def register(app: typer.Typer) -> None:
                 "coverage": coverage,
                 "metrics": {str(m): {**r.summary(), "mean": _num(mean(r))} for m, r in results.items()},
             }
+            for m, r in results.items():
+                if "residual" in r.extra:  # RBP: how much unjudged ranks could still add
+                    out["metrics"][str(m)]["residual_mean"] = _num(float(r.extra["residual"].mean()))
             if per_query:
                 for m, r in results.items():
                     out["metrics"][str(m)]["per_query"] = {q: _num(v) for q, v in r.per_query().items()}
+                    if "residual" in r.extra:
+                        out["metrics"][str(m)]["per_query_residual"] = dict(
+                            zip(map(str, r.query_ids), map(float, r.extra["residual"]), strict=True))
             typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
             return
         _print(results, coverage, sem, mean, per_query, undefined_as_zero, run, qrels)
 
 
 def _print(results, coverage, sem, mean, per_query: bool, undefined_as_zero: bool, run: Path, qrels: Path) -> None:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
+    from ragassay.cli.common import console
+
     # query ids and file names are user text: printed without markup so '[/bold]' in one cannot break rich
-    console = Console(highlight=False)
     if per_query:
         for m, r in results.items():
             for q, v in r.per_query().items():
                 value = "undefined" if math.isnan(v) else f"{v:.4f}"
                 console.print(f"{str(m):<14} {q:<16} {value}", markup=False)
     table = Table(title=Text(f"{run.name} vs {qrels.name}  ({sem})"))
-    for col in ("metric", "mean", "defined", "undefined"):
+    residuals = any("residual" in r.extra for r in results.values())
+    for col in ("metric", "mean", "defined", "undefined") + (("residual",) if residuals else ()):
         table.add_column(col, justify="left" if col == "metric" else "right")
     for m, r in results.items():
         value = mean(r)
-        table.add_row(
-            str(m), "undefined" if math.isnan(value) else f"{value:.4f}", str(r.n_defined), str(r.n_undefined)
-        )
+        cells = [str(m), "undefined" if math.isnan(value) else f"{value:.4f}", str(r.n_defined), str(r.n_undefined)]
+        if residuals:
+            cells.append(f"{r.extra['residual'].mean():.4f}" if "residual" in r.extra else "")
+        table.add_row(*cells)
     console.print(table)
     note = "; undefined values counted as 0 in the means" if undefined_as_zero else ""
     console.print(

@@ -5,9 +5,12 @@ and store rows are the same thing (the ir_measures idea, with ragassay's own spe
 
 The spellings people already type are accepted and mapped to the canonical one: ir_measures names
 (``nDCG@10``, ``R@100``, ``P@5``, ``AP``, ``RR@10``, ``ERR@10``, ``RBP(p=0.8)``, ``Success@10``, ``Rprec``,
-``Bpref``) and trec_eval names (``ndcg_cut_10``, ``map``, ``map_cut_100``, ``recip_rank``, ``P_5``,
-``recall_100``, ``success_10``, ``Rprec``, ``bpref``). :meth:`Metric.ir_measures_name` writes the ir_measures
-spelling back, so the mapping is checked against ir_measures' own parser.
+``Bpref``, ``NumRet``, ``NumRel``, ``NumRelRet``, ``SetP``, ``SetR``, ``SetF``, ``IPrec@0.5``, ``infAP``) and
+trec_eval names (``ndcg_cut_10``, ``map``, ``map_cut_100``, ``recip_rank``, ``P_5``, ``recall_100``,
+``success_10``, ``Rprec``, ``bpref``, ``num_ret``, ``num_rel``, ``num_rel_ret``, ``set_P``, ``set_recall``,
+``set_F``, ``iprec_at_recall_0.50``, ``11pt_avg``, ``infAP``, ``gm_map``). :meth:`Metric.ir_measures_name`
+writes the ir_measures spelling back, so the mapping is checked against ir_measures' own parser; ``dcg``,
+``11pt_avg`` and ``gm_map`` have no ir_measures measure.
 """
 
 from __future__ import annotations
@@ -30,6 +33,17 @@ _CUTOFF_RULE: dict[str, str] = {
     "bpref": "none",
     "err": "optional",
     "rbp": "optional",
+    "dcg": "optional",
+    "num_ret": "none",
+    "num_rel": "none",
+    "num_rel_ret": "none",
+    "set_precision": "none",
+    "set_recall": "none",
+    "set_f": "none",
+    "iprec": "none",
+    "11pt_avg": "none",
+    "infap": "none",
+    "gm_map": "none",
 }
 
 # Other tools' spellings (lower-cased) of the canonical names; applied by Metric.parse.
@@ -37,7 +51,10 @@ _ALIASES: dict[str, str] = {
     "ndcg": "ndcg", "r": "recall", "recall": "recall", "p": "precision", "precision": "precision",
     "ap": "ap", "map": "ap", "rr": "rr", "recip_rank": "rr", "err": "err", "rbp": "rbp",
     "success": "success", "judged": "judged", "rprec": "rprec", "r-prec": "rprec", "r_prec": "rprec",
-    "bpref": "bpref",
+    "bpref": "bpref", "dcg": "dcg", "num_ret": "num_ret", "numret": "num_ret", "num_rel": "num_rel",
+    "numrel": "num_rel", "num_rel_ret": "num_rel_ret", "numrelret": "num_rel_ret", "set_p": "set_precision",
+    "setp": "set_precision", "set_precision": "set_precision", "set_recall": "set_recall", "setr": "set_recall",
+    "set_f": "set_f", "setf": "set_f", "11pt_avg": "11pt_avg", "infap": "infap", "gm_map": "gm_map",
 }
 
 # trec_eval's NAME_K measures (``ndcg_cut_10``), keyed by the lower-cased trec_eval name.
@@ -47,8 +64,13 @@ _TREC_CUT: dict[str, str] = {"ndcg_cut": "ndcg", "map_cut": "ap", "p": "precisio
 # The ir_measures spelling of each canonical name.
 _IR_MEASURES: dict[str, str] = {
     "recall": "R", "precision": "P", "success": "Success", "judged": "Judged", "rr": "RR", "ap": "AP",
-    "ndcg": "nDCG", "rprec": "Rprec", "bpref": "Bpref", "err": "ERR", "rbp": "RBP",
+    "ndcg": "nDCG", "rprec": "Rprec", "bpref": "Bpref", "err": "ERR", "rbp": "RBP", "num_ret": "NumRet",
+    "num_rel": "NumRel", "num_rel_ret": "NumRelRet", "set_precision": "SetP", "set_recall": "SetR", "set_f": "SetF",
+    "iprec": "IPrec", "infap": "infAP",
 }
+
+# The recall levels of trec_eval's iprec_at_recall and 11pt_avg: 0.0, 0.1, ..., 1.0.
+IPREC_LEVELS = tuple(i / 10 for i in range(11))
 
 RBP_DEFAULT_P = 0.8  # ir_measures' default persistence
 
@@ -68,18 +90,23 @@ _SUGGEST: dict[str, str] = {
     "hit_rate": "success",
 }
 
-_PATTERN = re.compile(r"^([A-Za-z_\-]+)(?:@(\d+))?$")
+_PATTERN = re.compile(r"^([A-Za-z_\-]+|11pt_avg)(?:@(\d+))?$", re.IGNORECASE)
 _TREC_PATTERN = re.compile(r"^([A-Za-z_]+?)_(\d+)$")
 _RBP_PATTERN = re.compile(r"^rbp\((.*)\)(?:@(\d+))?$", re.IGNORECASE)
+# interpolated precision at a recall level: canonical iprec(r=0.5), ir_measures IPrec@0.5, trec_eval
+# iprec_at_recall_0.50
+_IPREC_PATTERN = re.compile(r"^(?:iprec\(r=([^)]*)\)|iprec@([0-9.]+)|iprec_at_recall_([0-9.]+))$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, order=True)
 class Metric:
-    """A ranking metric identity: ``name``, an optional cutoff ``k`` and, for RBP only, the persistence ``p``."""
+    """A ranking metric identity: ``name``, an optional cutoff ``k``, for RBP the persistence ``p`` and for
+    interpolated precision the recall level ``r``."""
 
     name: str
     k: int | None = None
     p: float | None = None
+    r: float | None = None
 
     def __post_init__(self) -> None:
         rule = _CUTOFF_RULE.get(self.name)
@@ -100,6 +127,16 @@ class Metric:
                 raise InputError(f"rbp(p={self.p:g}): the persistence p must lie strictly between 0 and 1")
         elif self.p is not None:
             raise InputError(f"metric {self.name!r} takes no p parameter (only rbp does)")
+        if self.name == "iprec":
+            if self.r is None or not 0.0 <= self.r <= 1.0:
+                raise InputError("iprec needs a recall level r in [0, 1], as in iprec(r=0.5) or IPrec@0.5")
+        elif self.r is not None:
+            raise InputError(f"metric {self.name!r} takes no recall level (only iprec does)")
+
+    @property
+    def geometric(self) -> bool:
+        """True for a measure whose mean over queries is geometric (gm_map)."""
+        return self.name == "gm_map"
 
     @classmethod
     def parse(cls, text: str | Metric) -> Metric:
@@ -111,6 +148,13 @@ class Metric:
         m = _RBP_PATTERN.match(s)
         if m is not None:
             return cls("rbp", int(m.group(2)) if m.group(2) else None, _rbp_p(text, m.group(1)))
+        m = _IPREC_PATTERN.match(s)
+        if m is not None:
+            level = next(g for g in m.groups() if g is not None)
+            try:
+                return cls("iprec", r=float(level))
+            except ValueError:
+                raise InputError(f"metric {text!r}: the recall level must be a number, as in iprec(r=0.5)") from None
         cut = _TREC_PATTERN.match(s)
         if cut is not None and cut.group(1).lower() in _TREC_CUT:
             return cls(_TREC_CUT[cut.group(1).lower()], int(cut.group(2)))
@@ -129,11 +173,17 @@ class Metric:
         return cls(canonical, int(k) if k is not None else None)
 
     def ir_measures_name(self) -> str:
-        """The ir_measures spelling: ``nDCG@10``, ``R@100``, ``RBP(p=0.8)``."""
+        """The ir_measures spelling: ``nDCG@10``, ``R@100``, ``RBP(p=0.8)``, ``IPrec@0.5``."""
+        if self.name not in _IR_MEASURES:
+            raise InputError(f"metric {self} has no ir_measures equivalent")
+        if self.name == "iprec":
+            return f"IPrec@{self.r:g}"
         base = _IR_MEASURES[self.name] + (f"(p={self.p:g})" if self.name == "rbp" else "")
         return base if self.k is None else f"{base}@{self.k}"
 
     def __str__(self) -> str:
+        if self.name == "iprec":
+            return f"iprec(r={self.r:g})"
         base = f"rbp(p={self.p:g})" if self.name == "rbp" else self.name
         return base if self.k is None else f"{base}@{self.k}"
 

@@ -13,8 +13,18 @@ rprec = sum_{i<=R} rel_i / R                     bpref = 1/R sum_{relevant retri
 judged@k = judged docs in top k / min(k, number returned)
 where n_r is the number of judged non-relevant documents ranked above r (unjudged ones are skipped).
 
-Undefined values are NaN, never 0: recall, success, rr, ap, ndcg, rprec and bpref when R = 0 (ndcg when
-IDCG = 0), judged@k for an empty ranking. Means skip NaN and report how many were skipped.
+trec_eval's set and count measures: num_ret = ranks returned, num_rel = R, num_rel_ret = relevant returned;
+set_precision = num_rel_ret / num_ret, set_recall = num_rel_ret / R, set_f = 2PR / (P + R) (0 when P + R = 0).
+iprec(r=x) = max precision at any rank holding floor(x R + 0.9) relevant (trec_eval; 0 when none), 11pt_avg its mean over x = 0, 0.1,
+..., 1; dcg(@k) = DCG@k unnormalized; gm_map = AP per query floored at 1e-5, averaged geometrically;
+infap = inferred AP (Yilmaz & Aslam, CIKM 2006) as trec_eval computes it, where a negative qrels grade marks a
+pooled but unjudged document and a document absent from the qrels is outside the pool;
+err(@k) and rbp(p=..)(@k) come from :mod:`ragassay.metrics.extra` (RBP's residual is kept in
+``MetricResult.extra["residual"]``).
+
+Undefined values are NaN, never 0: recall, success, rr, ap, ndcg, rprec, bpref, set_recall, set_f, iprec,
+11pt_avg, infap, gm_map and err when R = 0 (ndcg when IDCG = 0), judged@k and set_precision for an empty ranking.
+Means skip NaN and report how many were skipped.
 """
 
 from __future__ import annotations
@@ -26,8 +36,9 @@ from functools import cached_property
 import numpy as np
 
 from ragassay.errors import InputError
+from ragassay.metrics import extra
 from ragassay.metrics.matrix import GradeMatrix
-from ragassay.metrics.names import Metric
+from ragassay.metrics.names import IPREC_LEVELS, Metric
 from ragassay.metrics.semantics import Semantics, tie_rule
 
 
@@ -51,8 +62,12 @@ class MetricResult:
         return int(np.count_nonzero(np.isnan(self.values)))
 
     def mean(self) -> float:
-        """Mean over defined queries; NaN when no query is defined."""
-        return float(np.nanmean(self.values)) if self.n_defined else float("nan")
+        """Mean over defined queries (geometric for gm_map, as trec_eval); NaN when no query is defined."""
+        if not self.n_defined:
+            return float("nan")
+        if self.metric.geometric:
+            return float(np.exp(np.nanmean(np.log(self.values))))
+        return float(np.nanmean(self.values))
 
     def per_query(self) -> dict[str, float]:
         return {str(q): float(v) for q, v in zip(self.query_ids, self.values, strict=True)}
@@ -200,7 +215,52 @@ class _Run:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(r > 0, x / np.where(r > 0, r, 1.0), np.nan)
 
-    def compute(self, m: Metric) -> np.ndarray:
+    def ratio(self, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+    def dcg(self, k: int | None) -> np.ndarray:
+        kk = self.depth if k is None else min(k, self.depth)
+        keep = self.col < kk
+        # log2(rank + 1) looked up per rank, the same values as computing it per entry
+        gains = _gain(self.grade[keep], self.sem.gain) / np.log2(np.arange(2.0, kk + 2.0))[self.col[keep]]
+        return self.per_row(self.row[keep], gains)
+
+    def iprec(self, level: float) -> np.ndarray:
+        """Interpolated precision: the highest precision at a relevant rank whose recall reaches ``level``
+        (precision only rises at relevant ranks, so these are the only candidates). As trec_eval, the level
+        becomes a count of relevant documents, floor(level * R + 0.9), so 0.7 of R = 3 is reached at 2."""
+        precision = self.rel_rank / (self.rel_col + 1.0)
+        reach = self.rel_rank >= np.floor(level * self.n_rel[self.rel_row] + 0.9)
+        out = np.zeros(self.nq)
+        np.maximum.at(out, self.rel_row[reach], precision[reach])
+        return self.defined(out)
+
+    def infap(self) -> np.ndarray:
+        """trec_eval's infAP: at each relevant rank j (0-based), 1 for j = 0, else 1/(j+1) + j/(j+1) *
+        (pooled above / j) * ((relevant above + eps) / (judged above + 2 eps)), summed and divided by R."""
+        pool_unjudged = self.grade < 0
+        nonrel = (self.grade >= 0) & ~self.rel
+        at = self.rel_at
+        rel_above = self.rel_rank - 1.0
+        nonrel_above = self.before_in_row(nonrel, at).astype(np.float64)
+        pooled_above = self.before_in_row(pool_unjudged, at) + nonrel_above + rel_above
+        j = self.rel_col.astype(np.float64)
+        eps = 0.00001  # trec_eval's INFAP_EPSILON
+        with np.errstate(invalid="ignore", divide="ignore"):
+            later = (1.0 / (j + 1.0) + (j / (j + 1.0)) * (pooled_above / j)
+                     * ((rel_above + eps) / (rel_above + nonrel_above + 2 * eps)))
+        terms = np.where(j == 0, 1.0, later)
+        return self.per_rel(self.per_row(self.rel_row, terms))
+
+    def compute(self, m: Metric) -> tuple[np.ndarray, dict]:
+        """Per-query values of ``m`` and the extras it carries (RBP's residual)."""
+        if m.name == "rbp":
+            value, residual = extra.rbp(self.gm, m.p, relevance_level=self.sem.relevance_level, k=m.k)
+            return value, {"residual": residual}
+        return self.values(m), {}
+
+    def values(self, m: Metric) -> np.ndarray:
         k = m.k
         name = m.name
         if name == "recall":
@@ -221,14 +281,9 @@ class _Run:
             keep = slice(None) if k is None else self.rel_col < k
             return self.per_rel(self.per_row(self.rel_row[keep], terms[keep]))
         if name == "ndcg":
-            kk = self.depth if k is None else min(k, self.depth)
-            keep = self.col < kk
-            # log2(rank + 1) looked up per rank, the same values as computing it per entry
-            gains = _gain(self.grade[keep], self.sem.gain) / np.log2(np.arange(2.0, kk + 2.0))[self.col[keep]]
-            dcg = self.per_row(self.row[keep], gains)
-            idcg = self.idcg(k)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                return np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), np.nan)
+            return self.ratio(self.dcg(k), self.idcg(k))
+        if name == "dcg":
+            return self.dcg(k)
         if name == "rprec":
             return self.per_rel(self.per_row(self.rel_row[self.rel_col < self.n_rel[self.rel_row]]))
         if name == "bpref":
@@ -244,6 +299,33 @@ class _Run:
             count = self.per_row(self.row[self.judged_run & (self.col < k)])
             with np.errstate(invalid="ignore", divide="ignore"):
                 return np.where(shown > 0, count / np.where(shown > 0, shown, 1.0), np.nan)
+        if name == "num_ret":
+            return self.gm.lengths.astype(np.float64)
+        if name == "num_rel":
+            return self.n_rel.copy()
+        if name == "num_rel_ret":
+            return self.rel_retrieved.copy()
+        if name == "set_precision":
+            return self.ratio(self.rel_retrieved, self.gm.lengths.astype(np.float64))
+        if name == "set_recall":
+            return self.per_rel(self.rel_retrieved)
+        if name == "set_f":
+            p = np.nan_to_num(self.ratio(self.rel_retrieved, self.gm.lengths.astype(np.float64)))
+            r = np.nan_to_num(self.per_rel(self.rel_retrieved))
+            return self.defined(np.nan_to_num(self.ratio(2.0 * p * r, p + r)))  # nothing relevant returned: 0
+        if name == "iprec":
+            return self.iprec(m.r)
+        if name == "11pt_avg":
+            total = np.zeros(self.nq)
+            for level in IPREC_LEVELS:  # added level by level, as trec_eval sums them
+                total += self.iprec(level)
+            return total / len(IPREC_LEVELS)
+        if name == "infap":
+            return self.infap()
+        if name == "gm_map":
+            return np.maximum(self.values(Metric("ap")), 0.00001)  # trec_eval's MIN_GEO_MEAN floor
+        if name == "err":
+            return extra.err(self.gm, k)
         raise InputError(f"metric {m} has no implementation")  # unreachable: Metric validates names
 
 
@@ -261,7 +343,8 @@ def evaluate(
         raise InputError("no metrics requested: pass at least one, e.g. ndcg@10")
     run = _Run(matrix, sem)
     n_missing = int(np.count_nonzero(matrix.missing))
-    return {
-        m: MetricResult(m, sem, matrix.query_ids, run.compute(m), n_missing=n_missing)
-        for m in dict.fromkeys(parsed)
-    }
+    out = {}
+    for m in dict.fromkeys(parsed):
+        values, extras = run.compute(m)
+        out[m] = MetricResult(m, sem, matrix.query_ids, values, n_missing=n_missing, extra=extras)
+    return out
