@@ -7,6 +7,7 @@ from ragassay.stats.agreement import (
     ClassStats,
     JudgeReport,
     cohen_kappa,
+    fleiss_kappa,
     judge_report,
     kendall_tau_b,
     krippendorff_alpha,
@@ -32,10 +33,19 @@ from ragassay.stats.calibration import (
 )
 from ragassay.stats.consistency import modal_fraction, pair_agreement
 from ragassay.stats.multiplicity import adjust_pvalues, reject
-from ragassay.stats.paired_tests import TestResult, mcnemar_exact, paired_t_test, sign_flip_test, tost
+from ragassay.stats.paired_tests import (
+    TestResult,
+    mcnemar_exact,
+    paired_t_test,
+    sign_flip_test,
+    tost,
+    wilcoxon_test,
+)
 from ragassay.stats.power import CIWidthPoint, ci_width_curve, mde_paired, n_for_mde, power_paired, sigma_d
 from ragassay.stats.proportions import (
+    agresti_coull_interval,
     clopper_pearson_interval,
+    jeffreys_interval,
     paired_binary_se,
     wilson_interval,
     zero_of_n_upper,
@@ -56,6 +66,7 @@ __all__ = [
     "SliceRow",
     "TestResult",
     "adjust_pvalues",
+    "agresti_coull_interval",
     "bootstrap_deltas",
     "brier_score",
     "ci_width_curve",
@@ -64,6 +75,8 @@ __all__ = [
     "cohen_kappa",
     "evaluate_band",
     "fit_isotonic",
+    "fleiss_kappa",
+    "jeffreys_interval",
     "judge_report",
     "kendall_tau_b",
     "krippendorff_alpha",
@@ -84,6 +97,7 @@ __all__ = [
     "sign_flip_test",
     "slice_decomposition",
     "tost",
+    "wilcoxon_test",
     "wilson_interval",
     "zero_of_n_upper",
 ]

@@ -162,6 +162,36 @@ def krippendorff_alpha(reliability_data, level: _Level = "nominal") -> float:
     return float(1.0 - (n_tot - 1.0) * (coinc * d2).sum() / d_e)
 
 
+def fleiss_kappa(table) -> float:
+    """Fleiss' kappa for N items each rated by the same number m of raters into k categories.
+
+    ``table`` is N x k counts (row i: how many raters put item i in each category). With P_i = (sum_j n_ij^2 - m)
+    / (m(m - 1)), P_bar their mean, p_j the share of all ratings in category j and P_e = sum_j p_j^2:
+    kappa = (P_bar - P_e) / (1 - P_e) (Fleiss 1971). Undefined (NaN) when P_e = 1 (every rating in one
+    category). InputError for negative or non-integer counts, or rows with different rater counts or < 2 raters.
+    """
+    t = np.asarray(table, dtype=np.float64)
+    if t.ndim != 2 or t.shape[0] < 1 or t.shape[1] < 2:
+        raise InputError(f"fleiss_kappa: need an items x categories count table with >= 2 categories, got shape "
+                         f"{t.shape}")
+    if not np.all(np.isfinite(t)) or (t < 0).any() or (t != np.round(t)).any():
+        raise InputError("fleiss_kappa: counts must be non-negative integers")
+    raters = t.sum(axis=1)
+    m = raters[0]
+    if (raters != m).any():
+        bad = int(np.flatnonzero(raters != m)[0])
+        raise InputError(f"fleiss_kappa: every item needs the same number of ratings; item 0 has {m:g}, item {bad} "
+                         f"has {raters[bad]:g}")
+    if m < 2:
+        raise InputError("fleiss_kappa: each item needs at least 2 ratings")
+    p_item = ((t * t).sum(axis=1) - m) / (m * (m - 1))
+    p_cat = t.sum(axis=0) / t.sum()
+    p_e = float((p_cat * p_cat).sum())
+    if p_e >= 1.0:
+        return float("nan")
+    return float((p_item.mean() - p_e) / (1.0 - p_e))
+
+
 def kendall_tau_b(x, y) -> tuple[float, float]:
     """Kendall's tau-b (tie-corrected) and its two-sided p-value, via ``scipy.stats.kendalltau``.
 

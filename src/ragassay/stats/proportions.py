@@ -1,6 +1,7 @@
 """Intervals for a binomial proportion and the paired-binary standard error.
 
-References: Wilson (1927); Clopper & Pearson (1934); Newcombe (1998) for the comparison of both;
+References: Wilson (1927); Clopper & Pearson (1934); Agresti & Coull (1998); Brown, Cai & DasGupta (2001)
+for the Jeffreys interval; Newcombe (1998) for the comparison of both;
 the zero-of-n bound is the Clopper-Pearson one-sided upper limit at k = 0 ("rule of three" for large n).
 """
 
@@ -45,6 +46,29 @@ def clopper_pearson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[
     a = 1 - confidence
     lo = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
     hi = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
+    return lo, hi
+
+
+def agresti_coull_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Agresti-Coull interval: add z^2 pseudo-trials, half successes: n~ = n + z^2, p~ = (k + z^2/2) / n~, then
+    the Wald interval p~ -/+ z sqrt(p~(1 - p~)/n~), clipped to [0, 1]."""
+    check_prob(confidence, "confidence")
+    k, n = _check_counts(k, n)
+    z = norm.ppf(0.5 + confidence / 2)
+    nt = n + z * z
+    pt = (k + z * z / 2) / nt
+    half = z * math.sqrt(pt * (1 - pt) / nt)
+    return float(max(0.0, pt - half)), float(min(1.0, pt + half))
+
+
+def jeffreys_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Jeffreys interval: the equal-tailed interval of the Beta(k + 1/2, n - k + 1/2) posterior, with the lower
+    end 0 at k = 0 and the upper end 1 at k = n (Brown, Cai & DasGupta 2001)."""
+    check_prob(confidence, "confidence")
+    k, n = _check_counts(k, n)
+    a = 1 - confidence
+    lo = 0.0 if k == 0 else float(beta.ppf(a / 2, k + 0.5, n - k + 0.5))
+    hi = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 0.5, n - k + 0.5))
     return lo, hi
 
 
