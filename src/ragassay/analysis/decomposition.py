@@ -130,9 +130,13 @@ def _abc(sums: np.ndarray) -> np.ndarray:
 
 
 def _resampled(unit_sums: list[np.ndarray], n_resamples: int, seed: int, chunk: int = 500):
-    """Yield the resampled totals of each (units x cols) array, one paired draw of units per resample."""
+    """Yield the resampled totals of each (units x cols) array, one paired draw of units per resample.
+
+    Chunks hold at most about 32 MB of counts (the generator's stream does not depend on how it is split,
+    so the draws are the same); 500 rows of 100,000 units would be 600 MB of draws and counts at once."""
     rng = np.random.default_rng(seed)
     k = unit_sums[0].shape[0]
+    chunk = max(1, min(chunk, 4_000_000 // max(k, 1)))
     for start in range(0, n_resamples, chunk):
         w = resample_counts(rng, k, min(chunk, n_resamples - start))
         yield [w @ s for s in unit_sums]

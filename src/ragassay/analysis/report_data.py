@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -50,6 +52,54 @@ REPORT_RESAMPLES = 2_000
 # (never below MIN_ANALYSIS_RESAMPLES), and the page states the number used and the cap.
 ANALYSIS_DRAW_BUDGET = 50_000_000
 MIN_ANALYSIS_RESAMPLES = 500
+
+
+# The comparisons' paired bootstraps cost resamples x queries per stratum and validity group; above
+# COMPARE_DRAW_BUDGET / resamples queries the report's comparisons use fewer resamples (never below
+# MIN_COMPARE_RESAMPLES, whose p-value floor 1/2,001 still lets one credible row in a hundred survive the BH
+# adjustment), and the page says so. `ragassay compare` at full precision is one command away.
+COMPARE_DRAW_BUDGET = 200_000_000
+MIN_COMPARE_RESAMPLES = 2_000
+
+
+def comparison_resamples(requested: int, n_queries: int) -> int:
+    """The report's comparison resamples at this many queries: ``requested``, capped by the draw budget."""
+    return max(min(requested, COMPARE_DRAW_BUDGET // max(n_queries, 1)), min(requested, MIN_COMPARE_RESAMPLES))
+
+
+class ReadCache:
+    """A store whose ``results_wide`` is read once per run (every metric) and sliced per call.
+
+    The report's sections (comparisons, decomposition, slices, the query table) each pivot the same runs;
+    at 100,000 queries each pivot is a second of DuckDB work. Slicing the full pivot gives exactly what the
+    store returns for a subset: its rows are every (query, trial) with any row, whatever the metrics."""
+
+    def __init__(self, store):
+        self._store = store
+        self._wide: dict = {}
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def results_wide(self, run_ref: str, metrics):
+        from ragassay.store.db import WideResults
+
+        run_id = self._store.get_run(run_ref).run_id
+        have = self._store.metrics(run_id)
+        names = list(metrics)
+        if len(set(names)) != len(names) or not set(names) <= set(have):
+            return self._store.results_wide(run_id, names)  # its own error for unknown or repeated names
+        full = self._wide.get(run_id)
+        if full is None:
+            full = self._wide[run_id] = self._store.results_wide(run_id, have)
+        cols = [have.index(m) for m in names]
+        return WideResults(query_ids=full.query_ids, trials=full.trials, strata=full.strata,
+                           values=full.values[:, cols])
+
+
+def read_cached(store):
+    """``store`` behind a :class:`ReadCache` (unchanged when it already is one)."""
+    return store if isinstance(store, ReadCache) else ReadCache(store)
 
 
 def capped_resamples(requested: int, n_queries: int) -> int:
@@ -94,9 +144,25 @@ def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def _units_ok(units: list) -> bool:
+    """The common case, checked in one tight pass; a failure is explained by :func:`_unit_problem`'s loop."""
+    try:
+        for u in units:
+            doc, text = u["doc_id"], u.get("text")
+            # type() is, not isinstance: JSON gives exact types, and bool must not pass as an offset
+            if type(doc) is not str or not doc or type(u["start"]) is not int or type(u["end"]) is not int \
+                    or (text is not None and type(text) is not str):
+                return False
+    except (KeyError, TypeError, AttributeError):
+        return False
+    return True
+
+
 def _unit_problem(units, name: str) -> str | None:
     if not isinstance(units, list):
         return f"{name} must be a list of units"
+    if _units_ok(units):
+        return None
     for i, u in enumerate(units):
         if not isinstance(u, dict) or not isinstance(u.get("doc_id"), str) or not u["doc_id"]:
             return f"{name}[{i}] needs a doc_id"
@@ -135,24 +201,37 @@ def _trace_problem(rec: dict) -> str | None:
     return _unit_problem(rec.get("packed", []), "packed")
 
 
+def _parse_line(blob: bytes):
+    """(record, None) or (None, why) for one JSONL line; orjson first (several times faster), the standard
+    parser only for what orjson refuses but JSON-in-Python allows (NaN, Infinity) and for the error text."""
+    try:
+        return orjson.loads(blob), None
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        raw = blob.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 (byte 0x{blob[exc.start]:02x}); re-encode the file"
+    try:
+        return json.loads(raw), None
+    except (ValueError, RecursionError) as exc:
+        return None, f"not valid JSON ({getattr(exc, 'msg', exc)})"
+
+
 def read_report_traces(path: str | Path) -> RunTraces:
-    """Read a trace file for the report: each record's shown fields, with problems counted per line."""
+    """Read a trace file for the report: each record's shown fields, with problems counted per line. The file
+    is streamed line by line and only the shown fields are kept, so memory is what the page needs."""
     out, seen = RunTraces(), {}
+    docs: dict = {}  # one string object per document id, not one per unit that names it
     with Path(path).open("rb") as fh:
         for lineno, blob in enumerate(fh, start=1):
-            try:
-                raw = blob.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                out.problems.append((lineno, f"not UTF-8 (byte 0x{blob[exc.start]:02x}); re-encode the file"))
-                continue
             if lineno == 1:
-                raw = raw.removeprefix("\ufeff")
-            if not raw.strip():
+                blob = blob.removeprefix(b"\xef\xbb\xbf")
+            if not blob.strip():
                 continue
-            try:
-                rec = json.loads(raw)
-            except (ValueError, RecursionError) as exc:
-                out.problems.append((lineno, f"not valid JSON ({getattr(exc, 'msg', exc)})"))
+            rec, why = _parse_line(blob)
+            if why:
+                out.problems.append((lineno, why))
                 continue
             if not isinstance(rec, dict):
                 out.problems.append((lineno, f"expected a JSON object, got {type(rec).__name__}"))
@@ -179,10 +258,13 @@ def read_report_traces(path: str | Path) -> RunTraces:
             fused, reranked = rec.get("fused") or [], rec.get("reranked")
             ranked = reranked if reranked is not None else fused
             if fused or reranked:
-                out.ranked[key[0]] = [(u["doc_id"], u["start"], u["end"]) for u in ranked]
+                out.ranked[key[0]] = [(docs.setdefault(u["doc_id"], u["doc_id"]), u["start"], u["end"])
+                                      for u in ranked]
             out.shown[key[0]] = (rec.get("outcome"), rec.get("answer"),
-                                 [(u["doc_id"], u["start"], u["end"], u.get("text"))
+                                 [(docs.setdefault(u["doc_id"], u["doc_id"]), u["start"], u["end"], u.get("text"))
                                   for u in (ranked or rec.get("packed") or [])[:MAX_RETRIEVED_SHOWN]])
+    if not any("total" in d for d in out.durations):
+        out.durations = []  # the stage-latency section needs each request's total; without one, drop them
     return out
 
 
@@ -213,14 +295,25 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
                       comparisons: list[Comparison] = (), gate=None, oracle_ladder: dict | None = None,
                       traces_dir: str | Path | None = None, title: str = "ragassay report",
                       analyses: bool = True, analysis_resamples: int = REPORT_RESAMPLES,
-                      sections: dict | None = None) -> dict:
+                      sections: dict | None = None, requested_resamples: int | None = None) -> dict:
     """The report's data (docs/report.md). ``analyses`` adds the analysis sections (:func:`analysis_sections`,
     with ``analysis_resamples`` bootstrap resamples); ``sections`` are analysis sections the caller already
-    computed (``decomposition``, ``attribution``, ...), used as given."""
+    computed (``decomposition``, ``attribution``, ...), used as given. ``requested_resamples``: what the
+    user asked the comparisons for, when :func:`comparison_resamples` gave them fewer (the page says so)."""
+    store = read_cached(store)
     recs = [store.get_run(r) for r in run_ids]
     names = [r.name for r in recs]
-    results = {r.run_id: store.results(r.run_id) for r in recs}
-    summaries = {r.run_id: run_summary(results[r.run_id]) for r in recs}
+    # one run's full rows at a time: everything the page needs from them is taken before the next is read
+    summaries, from_rows = {}, {}
+    for r in recs:
+        res = _run_rows(store, r.run_id)
+        summaries[r.run_id] = summary = run_summary(res)
+        have = {m["metric"]: m for m in summary["metrics"]}
+        from_rows[r.run_id] = {
+            "movement": _movement(res, r) if "rerank_rescued" in have else None,
+            "abstention": _abstention(r, have, res) if "abstention_recall" in have else None,
+            "latency": {"run": r.name, "values_ms": _latencies(res)}}
+        del res
     data: dict = {
         "title": title,
         "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -259,7 +352,10 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
                                 "claims": c.claims,
                                 "pin_differences": [{"pin": k, "a": a, "b": b} for k, a, b in c.pin_differences],
                                 "excluded": [{"metric": m, "reason": why} for m, why in c.excluded],
-                                "config_diff": [{"key": k, "a": a, "b": b} for k, a, b in c.config_diff]}
+                                "config_diff": [{"key": k, "a": a, "b": b} for k, a, b in c.config_diff],
+                                "n_resamples": c.settings.get("n_resamples"),
+                                **_resamples_note(c.settings.get("n_resamples"), requested_resamples,
+                                                  len(golden.queries))}
                                for c in comparisons]
         forest = []
         for c in comparisons:
@@ -269,20 +365,25 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
                 forest.append({"label": f"{c.run_b.name} vs {c.run_a.name}", "rows": frows})
         if forest:
             data["forest"] = {"metric": FOREST_METRIC, "comparisons": forest}
-    traces, unavailable = {}, []
+    traces, unavailable, curves = {}, [], []
+    idx = EvidenceIndex(golden)
     for r in recs:
         traces[r.run_id], why = load_run_traces(r, traces_dir)
         if why:
             unavailable.append({"run": r.name, "reason": why})
+        # the ranked lists serve only the recall curve: score them now and drop them, so one run's full
+        # lists are held at a time
+        if (c := _recall_curve(r, traces[r.run_id], golden, idx)) is not None:
+            curves.append(c)
+        if traces[r.run_id] is not None:
+            traces[r.run_id].ranked = {}
     # a run without traces still has its rows; what its traces would show is marked unavailable, with why
     data["warnings"] = [u["reason"] for u in unavailable]
     data["traces_unavailable"] = unavailable
-    idx = EvidenceIndex(golden)
-    data["recall_curves"] = [c for r in recs if (c := _recall_curve(r, traces[r.run_id], golden, idx))]
-    data["rerank_movement"] = [_movement(results[r.run_id], r) for r in recs if "rerank_rescued" in by_run[r.run_id]]
-    data["abstention"] = [_abstention(r, by_run[r.run_id], results[r.run_id]) for r in recs
-                          if "abstention_recall" in by_run[r.run_id]]
-    data["latency"] = [{"run": r.name, "values_ms": _latencies(results[r.run_id])} for r in recs]
+    data["recall_curves"] = curves
+    data["rerank_movement"] = [m for r in recs if (m := from_rows[r.run_id]["movement"]) is not None]
+    data["abstention"] = [a for r in recs if (a := from_rows[r.run_id]["abstention"]) is not None]
+    data["latency"] = [from_rows[r.run_id]["latency"] for r in recs]
     given = dict(sections or {})
     if oracle_ladder:
         given["oracle_ladder"] = oracle_ladder
@@ -299,11 +400,18 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
                         "candidate": gate.comparison.run_b.name,
                         "checks": [{"name": c.name, "kind": c.kind, "verdict": c.verdict, "detail": c.detail}
                                    for c in gate.checks]}
-    del results
     data["query_columns"] = [m for m in QUERY_COLUMNS if m in present][:2] or sorted(present)[:2]
     data["queries"], data["worst_regressions"] = _queries(store, recs, traces, golden, corpus, idx, comparisons,
                                                           data["query_columns"])
     return data
+
+
+def _resamples_note(used, requested: int | None, n_queries: int) -> dict:
+    if requested is None or used is None or used >= requested:
+        return {}
+    return {"resamples_note": (f"{used:,} resamples, capped from {requested:,} at {n_queries:,} queries to bound "
+                               f"the report's build time, so no p-value is below 1/{used + 1:,}; `ragassay "
+                               f"compare` gives the full count")}
 
 
 def _recall_curve(rec, tr: RunTraces | None, golden: GoldenSet, idx: EvidenceIndex) -> dict | None:
@@ -314,15 +422,17 @@ def _recall_curve(rec, tr: RunTraces | None, golden: GoldenSet, idx: EvidenceInd
     lists = [(i, tr.ranked[q.query_id]) for i, q in enumerate(golden.queries) if q.query_id in tr.ranked]
     if not lists:
         return None
-    depth = max(len(u) for _, u in lists)
+    lens = np.fromiter((len(u) for _, u in lists), dtype=np.int64, count=len(lists))
+    depth = int(lens.max())
     thr = rec.relevance_threshold or 2
     n_rel = np.asarray([sum(e.grade >= thr for e in golden.queries[i].evidence) for i, _ in lists], dtype=float)
-    row = np.repeat(np.arange(len(lists)), [len(u) for _, u in lists])
-    rank = np.concatenate([np.arange(len(u)) for _, u in lists]) if len(row) else np.zeros(0, dtype=int)
-    flat = [x for _, u in lists for x in u]
-    qids = [golden.queries[i].query_id for i, u in lists for _ in u]
-    unit_i, ev_i = idx.hit_pairs(idx.encode(qids, [x[0] for x in flat]), [x[1] for x in flat],
-                                 [x[2] for x in flat], HitRule.parse(rec.hit_rule))
+    row = np.repeat(np.arange(len(lists)), lens)
+    # rank within each list: position in the flat array minus where the list starts
+    rank = np.arange(len(row)) - np.repeat(np.cumsum(lens) - lens, lens)
+    flat = list(itertools.chain.from_iterable(u for _, u in lists))
+    docs, starts, ends = zip(*flat, strict=True) if flat else ((), (), ())
+    qids = np.repeat(np.asarray([golden.queries[i].query_id for i, _ in lists], dtype=object), lens)
+    unit_i, ev_i = idx.hit_pairs(idx.encode(qids, docs), starts, ends, HitRule.parse(rec.hit_rule))
     keep = idx.grade[ev_i] >= thr
     unit_i, ev_i = unit_i[keep], ev_i[keep]
     hits = np.zeros((len(lists), depth))
@@ -340,6 +450,14 @@ def _recall_curve(rec, tr: RunTraces | None, golden: GoldenSet, idx: EvidenceInd
     cum = np.cumsum(hits[ok], axis=1) / n_rel[ok, None]
     ks = [k for k in (1, 2, 3, 5, 10, 20, 30, 50, 100) if k <= depth]
     return {"run": rec.name, "k": ks, "recall": [float(cum[:, k - 1].mean()) for k in ks]}
+
+
+def _run_rows(store, run_id: str) -> pa.Table:
+    """A run's result rows as ``Store.results`` sorts them, with only the columns the page reads: the run id,
+    trace ids, token and cost columns of 1.5 million rows are a few hundred MB the page never shows."""
+    return store.connection.sql(
+        "SELECT query_id, trial, metric, value, stratum, judged_fraction, latency_ms FROM results "
+        "WHERE run_id = $run_id ORDER BY query_id, trial, metric", params={"run_id": run_id}).to_arrow_table()
 
 
 def _values(res: pa.Table, metric: str) -> np.ndarray:
@@ -377,9 +495,23 @@ def _latencies(res: pa.Table) -> list[float]:
 class _Spans:
     """Evidence and retrieved spans, each (doc, start, end, text) stored once and referred to by index."""
 
-    def __init__(self):
+    def __init__(self, corpus=None):
         self.index: dict = {}
         self.doc, self.start, self.end, self.text = [], [], [], []
+        self._corpus = corpus
+        self._at: dict = {}  # (doc, start, end) -> index, for spans whose text is the corpus slice
+
+    def add_corpus(self, doc_id: str, start: int, end: int, fallback: str | None) -> int:
+        """A span whose text is the corpus slice (``fallback`` when the document is not in the corpus); the
+        slice is taken once per distinct span, not once per reference."""
+        i = self._at.get((doc_id, start, end))
+        if i is None:
+            corpus = self._corpus
+            text = corpus[doc_id].text[start:end] if corpus is not None and doc_id in corpus else (fallback or "")
+            i = self.add(doc_id, start, end, text)
+            if corpus is not None and doc_id in corpus:
+                self._at[(doc_id, start, end)] = i
+        return i
 
     def add(self, doc_id: str, start: int, end: int, text: str) -> int:
         key = (doc_id, start, end, text)
@@ -423,7 +555,7 @@ def _queries(store, recs, traces, golden: GoldenSet, corpus, idx, comparisons, c
     qs = golden.queries
     pos = {q.query_id: i for i, q in enumerate(qs)}
     n = len(qs)
-    spans = _Spans()
+    spans = _Spans(corpus)
     ev_n, ev_span, ev_grade = [], [], []
     for q in qs:
         ev_n.append(len(q.evidence))
@@ -464,9 +596,8 @@ def _queries(store, recs, traces, golden: GoldenSet, corpus, idx, comparisons, c
             grades, _ = idx.grades([qs[i].query_id for i, _ in flat], [u[0] for _, u in flat],
                                    [u[1] for _, u in flat], [u[2] for _, u in flat], HitRule.parse(r.hit_rule))
             ret_grade = grades.tolist()
-        for _, (doc, s, e, text) in flat:
-            body = corpus[doc].text[s:e] if doc in corpus else (text or "")
-            ret_span.append(spans.add(doc, s, e, body))
+        add = spans.add_corpus
+        ret_span = [add(doc, s, e, text) for _, (doc, s, e, text) in flat]
         runs.append({"name": r.name, "present": present.tolist(), "outcome": outcome, "answer": answer,
                      "metrics": {m: _rounded(values[:, j]) for j, m in enumerate(ms)},
                      "retrieved": {"n": ret_n, "span": ret_span, "grade": ret_grade}})
@@ -483,7 +614,7 @@ def _queries(store, recs, traces, golden: GoldenSet, corpus, idx, comparisons, c
             worst_pair[i] = (c.run_a.name, c.run_b.name)
     regressed = np.flatnonzero(worst_delta < 0)
     worst = {"metric": FOREST_METRIC,
-             "delta": [float(worst_delta[i]) if worst_delta[i] < 0 else None for i in range(n)],
+             "delta": _rounded(np.where(worst_delta < 0, worst_delta, np.nan)),
              "baseline": [worst_pair[i][0] if worst_delta[i] < 0 else None for i in range(n)],
              "candidate": [worst_pair[i][1] if worst_delta[i] < 0 else None for i in range(n)]}
     ranked = regressed[np.argsort(worst_delta[regressed], kind="stable")][:10]
@@ -578,9 +709,9 @@ def _decomposition(store, recs, n_resamples: int, seed: int, *, ladder: bool = T
     out = {"kind": "decomposition", "n_resamples": n_resamples,
            "skipped": [{"run": r.name, "reason": f"no {' or '.join(sorted(need - have[r.run_id]))} rows"}
                        for r in recs if not need <= have[r.run_id]],
-           # per run overall only (per stratum is `ragassay analyze decomposition RUN`): each stratum costs
-           # two bootstraps, and the page's per-stratum view is the change between runs
-           "runs": [decomposition_of_run(store, r.run_id, by_stratum=False, **kw) for r in ok],
+           # per run overall only and without the stage columns (`ragassay analyze decomposition RUN` has
+           # both): each costs a bootstrap, and the page shows neither
+           "runs": [decomposition_of_run(store, r.run_id, by_stratum=False, stages=False, **kw) for r in ok],
            "changes": [decomposition_between(store, base.run_id, r.run_id, **kw) for r in ok[1:]]}
     # The ladder's verdict needs an oracle-context rung; without one it could only say "undetermined".
     if ladder and any((r.config or {}).get("oracle") for r in ok) and len(ok) > 1:

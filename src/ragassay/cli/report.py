@@ -40,7 +40,10 @@ def report(
     corpus: Path = typer.Option(None, "--corpus", help="Corpus the runs were scored on (default: bundled)."),
     golden: Path = typer.Option(None, "--golden", help="Golden set the runs were scored on (default: bundled)."),
     traces_dir: Path = typer.Option(None, "--traces-dir", help="Where the runs' traces are (default: recorded)."),
-    resamples: int = typer.Option(10_000, "--resamples", help="Bootstrap resamples (100 to 1,000,000)."),
+    resamples: int = typer.Option(
+        10_000, "--resamples",
+        help="Bootstrap resamples for the comparisons (100 to 1,000,000); above 20,000 queries the report uses "
+             "fewer (never below 2,000) and says so on the page."),
     analysis_resamples: int = typer.Option(
         2_000, "--analysis-resamples", min=100,
         help="Bootstrap resamples for the analysis sections (decomposition, ladder, slices); stated on the page."),
@@ -56,27 +59,38 @@ def report(
 
     The golden set and corpus must be the ones the runs were scored on (checked against the runs' pins)."""
     from ragassay.analysis.compare import compare_runs
-    from ragassay.analysis.report_data import PARQUET_NAME, build_report_data, write_queries_parquet
+    from ragassay.analysis.report_data import (
+        PARQUET_NAME,
+        build_report_data,
+        comparison_resamples,
+        read_cached,
+        write_queries_parquet,
+    )
     from ragassay.analysis.runner import load_inputs
     from ragassay.report import render_report
     from ragassay.store import Store
 
     if (corpus is None) != (golden is None):
         raise InputError("pass --golden and --corpus together (the golden set is resolved against its corpus)")
-    with Store.open(store, read_only=True) as st:
+    with Store.open(store, read_only=True) as opened:
+        # one pivot of each run's rows serves the comparisons and every section
+        st = read_cached(opened)
         recs = [st.get_run(r) for r in runs]
         corp, gs = load_inputs(corpus, golden)
         check_inputs_match_runs(recs, gs, corp, given=golden is not None)
-        comparisons = [compare_runs(st, recs[0].run_id, r.run_id, n_resamples=resamples, rebaseline=rebaseline)
+        used = comparison_resamples(resamples, len(gs.queries)) if len(recs) > 1 else resamples
+        comparisons = [compare_runs(st, recs[0].run_id, r.run_id, n_resamples=used, rebaseline=rebaseline)
                        for r in recs[1:]]
         data = build_report_data(st, [r.run_id for r in recs], gs, corp, comparisons=comparisons,
                                  traces_dir=traces_dir, title=f"ragassay report: {', '.join(r.name for r in recs)}",
-                                 analyses=analyses, analysis_resamples=analysis_resamples)
+                                 analyses=analyses, analysis_resamples=analysis_resamples,
+                                 requested_resamples=resamples)
         # The page first: a folder holding only a Parquet file would not be recognised as a report next time.
         data["parquet"] = PARQUET_NAME
         path = render_report(data, out)
+        warnings = data.get("warnings", [])
+        del data  # the page is written: its data need not share memory with the rows the Parquet file reads
         parquet = write_queries_parquet(st, [r.run_id for r in recs], out / PARQUET_NAME)
-    warnings = data.get("warnings", [])
     if json_out:
         print_json({"report": str(path), "bytes": path.stat().st_size, "parquet": str(parquet),
                     "parquet_bytes": parquet.stat().st_size, "runs": [r.run_id for r in recs],

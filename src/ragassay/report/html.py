@@ -437,6 +437,8 @@ def _comparison_view(c: object, i: int) -> dict:
         "rows": rows,
         "claims": [str(s) for s in _list(c.get("claims", []), f"{p}.claims")],
         "config_diff": diff,
+        "resamples": fmt.num(c["n_resamples"]) if fmt.is_number(c.get("n_resamples")) else None,
+        "resamples_note": str(c["resamples_note"]) if c.get("resamples_note") else None,
     }
 
 
@@ -712,11 +714,20 @@ def _strings(col: list) -> list:
     return [None if v is None else str(v) for v in col]
 
 
+def _codes(col: Sequence, table: dict) -> list:
+    """Repeated strings as small integers into ``table`` (value -> code, grown as needed); None stays None.
+    An outcome repeated for each of 100,000 queries costs two bytes a query instead of eleven."""
+    return [None if v is None else table.setdefault(v, len(table)) for v in col]
+
+
 def _runs_of(col: Mapping, path: str, n_units: int, n_spans: int) -> dict:
     """A ``{n, span, grade}`` list of units per query: checked that the counts add up and spans exist."""
     counts = [int(x) for x in _numeric(_column(col, "n", path, None), f"{path}.n")]
     span = _column(col, "span", path, sum(counts))
-    if any(not fmt.is_number(s) or not 0 <= int(s) < n_spans for s in span):
+    arr = np.asarray(span)
+    # a list of plain ints (what build_report_data writes) is checked in one vectorised pass
+    ok = arr.dtype.kind in "iu" and arr.size > 0 and int(arr.min()) >= 0 and int(arr.max()) < n_spans
+    if not ok and any(not fmt.is_number(s) or not 0 <= int(s) < n_spans for s in span):
         raise _fail(f"{path}.span", f"refers to a span outside queries.spans (0..{n_spans - 1})",
                     "refer to spans by their index")
     # whole grades as ints: "2" rather than "2.0", a tenth of a large page
@@ -724,7 +735,7 @@ def _runs_of(col: Mapping, path: str, n_units: int, n_spans: int) -> dict:
              for g in _numeric(_column(col, "grade", path, sum(counts)), f"{path}.grade")]
     if len(counts) != n_units:
         raise _fail(f"{path}.n", f"has {len(counts)} entries, expected {n_units}", "give one count per query")
-    return {"n": counts, "span": [int(s) for s in span], "grade": grade}
+    return {"n": counts, "span": arr.tolist() if ok else [int(s) for s in span], "grade": grade}
 
 
 def _queries_view(data: Mapping, run_names: list[str]) -> dict | None:
@@ -745,6 +756,7 @@ def _queries_view(data: Mapping, run_names: list[str]) -> dict | None:
     strata_col = _strings(_column(t, "stratum", "queries", n))
     strata = sorted(set(strata_col))
     s_index = {s: i for i, s in enumerate(strata)}
+    outcome_codes: dict = {}
     runs = []
     for k, r in enumerate(_list(_need(t, "runs", "queries"), "queries.runs")):
         p = f"queries.runs[{k}]"
@@ -754,7 +766,7 @@ def _queries_view(data: Mapping, run_names: list[str]) -> dict | None:
         runs.append({
             "name": str(_need(r, "name", p)),
             "present": _flags(_column(r, "present", p, n)),
-            "outcome": outcome,
+            "outcome": _codes(outcome, outcome_codes),
             "answer": _strings(_column(r, "answer", p, n)),
             "metrics": {str(m): _numeric(_column(metrics, m, f"{p}.metrics", n), f"{p}.metrics.{m}")
                         for m in metrics},
@@ -770,6 +782,11 @@ def _queries_view(data: Mapping, run_names: list[str]) -> dict | None:
                else metric_order[:DEFAULT_QUERY_COLUMNS])
     w = _mapping(t.get("worst") or {}, "queries.worst")
     worst_delta = _numeric(_column(w, "delta", "queries.worst", n), "queries.worst.delta") if w else [None] * n
+    worst_base = _strings(w.get("baseline") or [None] * n) if w else [None] * n
+    worst_cand = _strings(w.get("candidate") or [None] * n) if w else [None] * n
+    pair_codes: dict = {}
+    worst_pair = _codes([None if b is None and c is None else (b, c) for b, c in zip(worst_base, worst_cand,
+                                                                                     strict=True)], pair_codes)
     has_worst = any(d is not None and d < 0 for d in worst_delta)
     lead = [("query", "text", "id"), ("stratum", "text", "stratum"), ("answerable", "text", "answerable")]
     col = 0
@@ -805,9 +822,10 @@ def _queries_view(data: Mapping, run_names: list[str]) -> dict | None:
         "spans": spans,
         "runs": [{k: v for k, v in r.items() if k != "any_outcome"} for r in runs],
         "columns": keys,
+        # outcomes and worst pairs as codes into these tables (the script expands them on load)
+        "outcomes": list(outcome_codes),
         "worst": {"metric": str(w.get("metric", "")) if w else "", "delta": worst_delta,
-                  "baseline": _strings(w.get("baseline") or [None] * n) if w else [None] * n,
-                  "candidate": _strings(w.get("candidate") or [None] * n) if w else [None] * n},
+                  "pairs": [list(pair) for pair in pair_codes], "pair": worst_pair},
         "page_size": QUERY_PAGE_SIZE,
     }
     notes = []
@@ -831,7 +849,7 @@ def _queries_view(data: Mapping, run_names: list[str]) -> dict | None:
         "stratum": strata_col,
         "worst_delta": worst_delta,
         "worst_metric": payload["worst"]["metric"],
-        "worst_pair": list(zip(payload["worst"]["baseline"], payload["worst"]["candidate"], strict=True)),
+        "worst_pair": list(zip(worst_base, worst_cand, strict=True)),
         "columns": columns,
         "ncols": col,
         "notes": notes,

@@ -264,7 +264,8 @@ class Store:
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
         """The underlying DuckDB connection, for ad-hoc SQL over the documented tables."""
-        self._forget()  # the caller may write through it
+        if not self.read_only:
+            self._forget()  # the caller may write through it
         return self._con
 
     def _forget(self) -> None:

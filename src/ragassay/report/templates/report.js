@@ -7,6 +7,10 @@
   if (!table || !source) { return; }
   var D = JSON.parse(source.textContent);
   var N = D.id.length;
+  // repeated strings travel as codes into small tables; expand them once
+  D.runs.forEach(function (r) { r.outcome = r.outcome.map(function (c) { return c === null ? null : D.outcomes[c]; }); });
+  D.worst.baseline = D.worst.pair.map(function (c) { return c === null ? null : D.worst.pairs[c][0]; });
+  D.worst.candidate = D.worst.pair.map(function (c) { return c === null ? null : D.worst.pairs[c][1]; });
   var OUTCOMES = ["answered", "abstained", "refused", "error"];
   var count = document.getElementById("q-count");
   var filter = document.getElementById("q-filter");
