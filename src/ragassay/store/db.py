@@ -148,8 +148,9 @@ class Store:
         self._judge_calls_present = True
         self._validations_present = True
         self._batches_present = True
-        # Read-path memo: the report and analyses ask for the same run and its metric names dozens of times,
-        # and at 100,000 queries each `metrics` is a scan of millions of rows. Any write empties it.
+        # Read-path memo for read-only stores (nothing can change under them): the report and analyses ask
+        # for the same run and its metric names dozens of times, and at 100,000 queries each `metrics` is a
+        # scan of millions of rows. A writable store is not memoized: its writers read runs mid-write.
         self._runs_cache: dict[str, RunRecord] = {}
         self._metrics_cache: dict[str, list[str]] = {}
 
@@ -264,13 +265,7 @@ class Store:
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
         """The underlying DuckDB connection, for ad-hoc SQL over the documented tables."""
-        if not self.read_only:
-            self._forget()  # the caller may write through it
         return self._con
-
-    def _forget(self) -> None:
-        self._runs_cache.clear()
-        self._metrics_cache.clear()
 
     # ------------------------------------------------------------------ runs
     def create_run(self, record: RunRecord) -> str:
@@ -338,6 +333,8 @@ class Store:
         ref = (ref or "").strip()
         if not ref:
             raise InputError("empty run reference; give a run_id, a unique run_id prefix or a run name")
+        if not self.read_only:
+            return self._resolve_run(ref)
         hit = self._runs_cache.get(ref)
         if hit is None:
             hit = self._runs_cache[ref] = self._resolve_run(ref)
@@ -391,7 +388,6 @@ class Store:
         return rows[0][0]
 
     def _check_writable(self) -> None:
-        self._forget()
         if self.read_only:
             raise InputError(f"{self.path} was opened read-only; open it with read_only=False to write")
 
@@ -501,12 +497,14 @@ class Store:
     def metrics(self, run_ref: str) -> list[str]:
         """Distinct metric names of a run, sorted."""
         run_id = self.get_run(run_ref).run_id
-        names = self._metrics_cache.get(run_id)
+        names = self._metrics_cache.get(run_id) if self.read_only else None
         if names is None:
             rows = self._con.execute(
                 "SELECT DISTINCT metric FROM results WHERE run_id = ? ORDER BY metric", [run_id]
             ).fetchall()
-            names = self._metrics_cache[run_id] = [r[0] for r in rows]
+            names = [r[0] for r in rows]
+            if self.read_only:
+                self._metrics_cache[run_id] = names
         return list(names)
 
     def results_wide(self, run_ref: str, metrics: Sequence[str]) -> WideResults:
