@@ -11,6 +11,7 @@ report's own script, by its sha256 hash, so an injected script could not run eve
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import json
 import math
@@ -61,6 +62,8 @@ GATE_CLASS = {"PASS": "pass", "WARN": "warn", "FAIL": "fail"}
 DEFAULT_QUERY_COLUMNS = 2
 # Rows the per-query table draws at once; the rest wait in the embedded data until paged, sorted or found.
 QUERY_PAGE_SIZE = 100
+# Query data above this many characters of JSON is embedded gzip-compressed (see _embed): about 20,000 queries.
+COMPRESS_ABOVE = 8_000_000
 _TEMPLATES = Path(__file__).parent / "templates"
 _PARQUET_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*\.parquet")
 
@@ -853,8 +856,18 @@ def _queries_view(data: Mapping, run_names: list[str]) -> dict | None:
         "columns": columns,
         "ncols": col,
         "notes": notes,
-        "json": Markup(script_json(payload)),
+        **_embed(script_json(payload)),
     }
+
+
+def _embed(text: str) -> dict:
+    """The query data as the page carries it: the JSON itself, or above :data:`COMPRESS_ABOVE` characters
+    its gzip in base64 (text of 40 MB becomes about 11 MB; the page's script inflates it with the browser's
+    DecompressionStream). Base64 holds only ``[A-Za-z0-9+/=]``, so it is as inert in the page as escaped JSON."""
+    if len(text) <= COMPRESS_ABOVE:
+        return {"json": Markup(text), "encoding": None}
+    packed = gzip.compress(text.encode("utf-8"), compresslevel=1, mtime=0)
+    return {"json": Markup(base64.b64encode(packed).decode("ascii")), "encoding": "gzip-base64"}
 
 
 def script_json(obj: object) -> str:
