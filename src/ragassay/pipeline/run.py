@@ -225,9 +225,14 @@ class Pipeline:
             self.stats["reranker"] = self._reranker.name
         if self._generator is None:
             g = cfg.generator
-            self._generator = ExtractiveGenerator(self.support_analyzer, self.support_stats, g.abstain_floor,
-                                                  g.max_sentences, g.absent_names)
-            self._generator.preload(self.chunks, self._sentences)
+            if g.kind == "llm":
+                from ragassay.pipeline.generator import make_llm_generator
+
+                self._generator = make_llm_generator(g)
+            else:
+                self._generator = ExtractiveGenerator(self.support_analyzer, self.support_stats, g.abstain_floor,
+                                                      g.max_sentences, g.absent_names)
+                self._generator.preload(self.chunks, self._sentences)
         self.stats["generator"] = self._generator.name
 
     def _bm25_index(self, chunk_terms: list[list[str]]):
@@ -322,6 +327,8 @@ class Pipeline:
         dur["generate"] = _ms(t)
         rec.update(answer=gen.answer, citations=gen.citations, outcome=gen.outcome,
                    tokens_in=gen.tokens_in, tokens_out=gen.tokens_out, cost=gen.cost)
+        if gen.outcome == "error":  # a trace in error says why (the provider's reason, after its retries)
+            rec["error"] = str(gen.details.get("reason") or "generation failed")
         meta = {k: gen.details[k] for k in ("best_support", "absent_names") if k in gen.details}
         if meta:
             rec["meta"] = meta
