@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ragassay.analysis.compare import Comparison, _p_text, compare_runs
 from ragassay.analysis.directions import higher_is_better
 from ragassay.errors import InputError
+from ragassay.metrics.names import canonical_name
 from ragassay.stats import n_for_mde
 from ragassay.yamlio import load_yaml_node
 
@@ -82,6 +83,14 @@ class GatePolicy(BaseModel):
     @field_validator("metrics")
     @classmethod
     def _effects_in_range(cls, metrics: dict[str, MetricPolicy]) -> dict[str, MetricPolicy]:
+        # any accepted spelling (nDCG@final_k, P@5) names the stored metric (ndcg@final_k, precision@5)
+        canonical: dict[str, MetricPolicy] = {}
+        for m, p in metrics.items():
+            name = canonical_name(m)
+            if name in canonical:
+                raise ValueError(f"{m}.min_effect: names the same metric as another entry ({name}); keep one")
+            canonical[name] = p
+        metrics = canonical
         for m, p in metrics.items():
             if m not in UNBOUNDED_METRICS and p.min_effect > 1:
                 raise ValueError(f"{m}.min_effect: {p.min_effect:g} is out of range: {m} lies in [0, 1], so "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import typer
@@ -12,11 +13,15 @@ from rich.text import Text
 
 from ragassay.analysis.compare import DEFAULT_MIN_EFFECT, compare_runs
 from ragassay.analysis.gate import load_policy, run_gate
-from ragassay.cli.common import EXIT_FAIL, console, print_json
+from ragassay.cli.common import EXIT_FAIL, console, print_json, progress
 from ragassay.errors import InputError
+from ragassay.metrics.names import canonical_name
 from ragassay.store import Store
 
 STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")
+FORMATS = ("text", "markdown")
+# Tests that may be shown beside the bootstrap (which alone decides the verdicts).
+TESTS = ("bootstrap", "wilcoxon", "permutation", "t")
 # The delivery/use split is a second look at one figure; 2,000 resamples bound its cost beside the main table.
 DECOMPOSITION_RESAMPLES = 2_000
 
@@ -52,7 +57,7 @@ def parse_min_effect(values: list[str] | None) -> float | dict[str, float]:
         if sep and not metric.strip():
             raise InputError(f"--min-effect {raw!r}: empty metric name; give METRIC=0.03")
         if sep:
-            per[metric.strip()] = v
+            per[canonical_name(metric)] = v
         else:
             default = v
     if not per:
@@ -104,19 +109,117 @@ def compare(
     seed: int = typer.Option(0, "--seed"),
     overall_only: bool = typer.Option(False, "--overall-only", help="Skip the per-stratum rows."),
     rebaseline: bool = typer.Option(False, "--rebaseline", help="Compare despite differing pins."),
+    test: str = typer.Option(
+        "bootstrap", "--test",
+        help="Also run this paired test on every row, BH-adjusted across the table: wilcoxon (signed-rank), "
+             "permutation (sign-flip) or t. The bootstrap still decides the verdicts; the spec (§17) warns that "
+             "Wilcoxon has poor power on IR differences."),
+    fmt: str = typer.Option("text", "--format", help="text (terminal tables) | markdown (a PR comment)."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Paired deltas per metric and stratum with bootstrap CIs, W/L/T, MDE, BH-adjusted p and claims."""
+    """Paired deltas per metric and stratum with bootstrap CIs, W/L/T, MDE, BH-adjusted p and claims.
+
+    Metric names may be spelled as ir_measures or trec_eval do (nDCG@final_k, P@5, recip_rank)."""
+    if test not in TESTS:
+        raise InputError(f"--test {test!r}: use one of {', '.join(TESTS)}")
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt!r}: use text or markdown (or --json)")
     effect = parse_min_effect(min_effect)
-    with Store.open(store, read_only=True) as st:
-        comp = compare_runs(st, run_a, run_b, metrics=metric or None, min_effect=effect,
+    wanted = [canonical_name(m) for m in metric] if metric else None
+    with Store.open(store, read_only=True) as st, progress(enabled=not json_out and fmt == "text") as bar:
+        bar.add_task(f"{resamples:,} paired resamples", total=None)
+        comp = compare_runs(st, run_a, run_b, metrics=wanted, min_effect=effect,
                             n_resamples=resamples, seed=seed, rebaseline=rebaseline, strata=not overall_only)
         split, skipped = decomposition_for(st, comp, seed=seed)
+        extra = alternative_tests(st, comp, test, seed=seed) if test != "bootstrap" else []
     if json_out:
-        print_json({**comp.to_dict(), "decomposition": split, "decomposition_skipped": skipped})
+        out = {**comp.to_dict(), "decomposition": split, "decomposition_skipped": skipped}
+        if extra:
+            out["tests"] = extra
+        print_json(out)
+        return
+    if fmt == "markdown":
+        from ragassay.report.markdown import comparison_markdown
+
+        # a PR comment carries the overall rows; the strata stay in the terminal, --json and the report
+        sys.stdout.write(comparison_markdown(comp) + tests_markdown([x for x in extra if x["stratum"] == "all"]))
         return
     print_comparison(comp)
+    print_tests(extra)
     print_decomposition(split, skipped)
+
+
+def alternative_tests(st, comp, test: str, *, seed: int = 0) -> list[dict]:
+    """``test`` (wilcoxon, permutation or t) on every (metric, stratum) row of ``comp``, BH-adjusted across them.
+
+    Pairs are (query_id, trial) as in the comparison; with several trials the trials of a query are averaged
+    first, since these tests take independent pairs and trials of one query are not.
+    """
+    import numpy as np
+
+    from ragassay.stats import adjust_pvalues, paired_t_test, sign_flip_test, wilcoxon_test
+
+    run = {"wilcoxon": wilcoxon_test, "t": paired_t_test,
+           "permutation": lambda a, b: sign_flip_test(a, b, seed=seed)}[test]
+    metrics = list(dict.fromkeys(r.metric for r in comp.rows))
+    qa, ta, sa, va = st.results_wide(comp.run_a.run_id, metrics)
+    qb, tb, _, vb = st.results_wide(comp.run_b.run_id, metrics)
+    b_at = {key: i for i, key in enumerate(zip(qb, tb, strict=True))}
+    pairs = [(i, b_at[key]) for i, key in enumerate(zip(qa, ta, strict=True)) if key in b_at]
+    ia = np.array([i for i, _ in pairs], dtype=np.int64)
+    ib = np.array([j for _, j in pairs], dtype=np.int64)
+    queries = np.asarray(qa, dtype=object)[ia]
+    strata = np.asarray(sa, dtype=object)[ia]
+    codes = np.unique(queries, return_inverse=True)[1]
+    out = []
+    for r in comp.rows:
+        col = metrics.index(r.metric)
+        keep = np.ones(len(ia), dtype=bool) if r.stratum == "all" else strata == r.stratum
+        a, b = va[ia[keep], col], vb[ib[keep], col]
+        ok = ~(np.isnan(a) | np.isnan(b))
+        per_q = np.unique(codes[keep][ok], return_inverse=True)[1]
+        counts = np.bincount(per_q)
+        mean_a = np.bincount(per_q, a[ok]) / np.where(counts > 0, counts, 1)
+        mean_b = np.bincount(per_q, b[ok]) / np.where(counts > 0, counts, 1)
+        if not len(mean_a):
+            res = {"test": test, "statistic": None, "p_value": float("nan"), "n": 0, "defined": False,
+                   "reason": "no paired values"}
+        else:
+            res = run(mean_a, mean_b).to_dict()
+        out.append({"metric": r.metric, "stratum": r.stratum, **res})
+    p = np.array([x["p_value"] if x["defined"] else np.nan for x in out], dtype=float)
+    adj = np.full(len(p), np.nan)
+    ok = ~np.isnan(p)
+    if ok.any():
+        adj[ok] = adjust_pvalues(p[ok], method="bh")
+    for x, q in zip(out, adj, strict=True):
+        x["p_adj"] = float(q)
+    return out
+
+
+def print_tests(extra: list[dict]) -> None:
+    if not extra:
+        return
+    t = Table(show_edge=False, title=f"{extra[0]['test']} test (beside the bootstrap; verdicts unchanged)")
+    for c in ("metric", "stratum", "n", "statistic", "p", "p(BH)"):
+        t.add_column(c, justify="left" if c in ("metric", "stratum") else "right")
+    for x in extra:
+        t.add_row(Text(x["metric"]), Text(x["stratum"]), str(x["n"]),
+                  _f(x["statistic"]) if x["defined"] else Text(f"undefined: {x['reason']}"), _p(x["p_value"]),
+                  _p(x["p_adj"]))
+    console.print(t)
+
+
+def tests_markdown(extra: list[dict]) -> str:
+    if not extra:
+        return ""
+    from ragassay.report.markdown import md_escape
+
+    lines = ["", f"{md_escape(extra[0]['test'])} test beside the bootstrap (verdicts unchanged):", "",
+             "| metric | stratum | n | p | p(BH) |", "|---|---|---:|---:|---:|"]
+    lines += [f"| {md_escape(x['metric'])} | {md_escape(x['stratum'])} | {x['n']} | {_p(x['p_value'])} | "
+              f"{_p(x['p_adj'])} |" for x in extra]
+    return "\n".join(lines) + "\n"
 
 
 def decomposition_for(st, comp, *, seed: int = 0) -> tuple[dict | None, str | None]:
@@ -164,17 +267,26 @@ def gate(
     policy: Path = typer.Option(None, "--policy", help="Gate policy YAML (default: built-in)."),
     store: Path = STORE_OPT,
     rebaseline: bool = typer.Option(False, "--rebaseline"),
+    fmt: str = typer.Option("text", "--format", help="text | markdown (the verdict, checks and comparison as "
+                            "a PR comment)."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """PASS / WARN / FAIL: fail only on a credible regression at least the minimum effect, or a hard gate;
     WARN when the gate was too weak to see a regression of the minimum effect (underpowered).
 
-    Exit code 0 for PASS and WARN, 1 for FAIL, 2 for usage errors."""
+    Exit code 0 for PASS and WARN, 1 for FAIL, 2 for usage errors (in every output format)."""
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt!r}: use text or markdown (or --json)")
     pol = load_policy(policy)
-    with Store.open(store, read_only=True) as st:
+    with Store.open(store, read_only=True) as st, progress(enabled=not json_out and fmt == "text") as bar:
+        bar.add_task(f"{pol.n_resamples:,} paired resamples", total=None)
         result = run_gate(st, base, cand, pol, rebaseline=rebaseline)
     if json_out:
         print_json(result.to_dict())
+    elif fmt == "markdown":
+        from ragassay.report.markdown import comparison_markdown
+
+        sys.stdout.write(comparison_markdown(result.comparison, gate=result))
     else:
         print_gate(result)
     if result.exit_code:

@@ -1,11 +1,22 @@
 """`ragassay doctor`: is this environment and this project set up to give numbers one can trust?
 
-Each check is a PASS / WARN / FAIL line with the fix. Environment: Python and package versions, the optional
-extras, writable working folder, Chromium for the report's browser test. Project (when given): the store's
-schema version; a golden set's pins against a corpus (corpus digest), its hit rule, whether it has negative
-queries (spec §17: a set without unanswerable questions cannot measure abstention), whether it is older than
-the corpus files; the runs in the store that were single-trial. Exit codes like ``gate``: 0 when nothing
-FAILs, 1 on a FAIL, 2 on bad input.
+Each check is a PASS / WARN / FAIL line with the spec section it rests on and the fix. Environment: Python and
+package versions, the optional extras, writable working folder, Chromium for the report's browser test. Project
+(what is given): the anti-patterns of spec §17 that can be seen in files —
+
+- labels tied to chunk ids (§3.1): evidence keyed by ``chunk_id`` / ``unit_id`` / ``passage_id`` in a golden set
+  or its authoring file (FAIL: any re-chunking invalidates them);
+- no negative (unanswerable) queries (§3.4, §10.5; WARN);
+- a golden set too small for the minimum effect its gate policy declares (§13, ``stats.power``; WARN);
+- single-trial runs of a stochastic pipeline (an llm generator) in the store or among the configs (§10.8;
+  WARN);
+- a gate policy on a raw threshold (``threshold:``, ``min_value:`` ...) instead of a paired interval and a
+  minimum effect (§14.2; FAIL);
+- an unvalidated judge behind stored judge metrics (§11.1; WARN);
+- a golden set built against another corpus, or older than corpus files that changed since (§4; FAIL / WARN);
+- metrics without a stated hit rule, in the golden manifest or a stored run (§4; FAIL).
+
+Exit codes like ``gate``: 0 when nothing FAILs (PASS or WARN), 1 on a FAIL, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -87,10 +98,175 @@ def store_checks(path: Path) -> list[Check]:
     except RagassayError as e:
         return [Check("store", "FAIL", str(e).splitlines()[0], "see the message; `ragassay export` then a new store")]
     out = [Check("store", "PASS", f"{path}: schema version {SCHEMA_VERSION}, {len(runs)} run(s)")]
-    single = [r.name for r in runs if r.trials == 1 and r.source == "pipeline"]
+    single = [r.name for r in runs if (r.trials or 1) == 1 and _stochastic(r.config)]
     if single:
-        out.append(Check("trials", "WARN", f"{len(single)} pipeline run(s) with one trial: {', '.join(single[:5])}",
-                         "a stochastic pipeline needs --trials >= 3 to separate its noise from a change (§17)"))
+        out.append(Check("trials", "WARN", f"{len(single)} run(s) of a stochastic pipeline (llm generator) with one "
+                         f"trial: {', '.join(single[:5])} (§10.8)",
+                         "rerun with --trials 3 or more so its own noise is measured apart from a change (§17)"))
+    no_rule = [r.name for r in runs if not r.hit_rule]
+    if no_rule:
+        out.append(Check("hit rule", "FAIL", f"{len(no_rule)} stored run(s) without a hit rule: "
+                         f"{', '.join(no_rule[:5])} (§4)",
+                         "re-score them with ragassay score --hit-rule any_overlap|min_fraction:F|doc"))
+    out += judge_checks(path, runs)
+    return out
+
+
+def _stochastic(config) -> bool:
+    """A pipeline whose answers vary run to run: an llm generator (the extractive one is deterministic)."""
+    if isinstance(config, str):
+        import json
+
+        try:
+            config = json.loads(config)
+        except ValueError:
+            return False
+    gen = config.get("generator") if isinstance(config, dict) else None
+    return isinstance(gen, dict) and gen.get("kind") == "llm"
+
+
+def judge_checks(path: Path, runs) -> list[Check]:
+    """Every stored judge metric whose judge has no validation record meeting the floor (§11.1)."""
+    from ragassay.judges.validate import Floor, judge_status
+    from ragassay.store import Store
+
+    bad: dict[str, str] = {}  # metric -> why, one example per metric
+    judged = 0
+    with Store.open(path, read_only=True) as st:
+        for rec in runs:
+            for m in st.metrics(rec.run_id):
+                found = judge_status(st, rec, m, Floor())
+                if found is None:
+                    continue
+                judged += 1
+                if found[0] == "unvalidated":
+                    bad.setdefault(m, found[1])
+    if not judged:
+        return []
+    if bad:
+        first = next(iter(bad.values()))
+        return [Check("judges", "WARN", f"{', '.join(sorted(bad))} rest on an unvalidated judge ({first}) (§11.1)",
+                      "ragassay judge validate against human labels; kappa >= 0.7 before it gates (§17)")]
+    return [Check("judges", "PASS", f"{judged} judge metric(s), every judge validated")]
+
+
+CHUNK_KEYS = ("chunk_id", "chunk_ids", "unit_id", "unit_ids", "passage_id", "chunk", "relevant_chunks")
+RAW_THRESHOLD_KEYS = ("threshold", "min", "min_value", "max", "max_value", "target", "absolute", "min_score",
+                      "pass_if")
+
+
+def _raw_queries(path: Path) -> list[dict]:
+    """The query records of a built golden set (folder) or an authoring file, read without validation so that
+    files the strict loaders refuse can still be diagnosed."""
+    import json
+
+    from ragassay.errors import InputError
+
+    src = path / "golden.jsonl" if path.is_dir() else path
+    if not src.is_file():
+        raise InputError(f"{path}: no golden set here (a built folder with golden.jsonl, or a .yaml / .jsonl "
+                         "authoring file)")
+    text = src.read_text(encoding="utf-8")
+    if src.suffix in (".yaml", ".yml"):
+        import yaml
+
+        data = yaml.safe_load(text) or {}
+        queries = data.get("queries", []) if isinstance(data, dict) else data
+    else:
+        queries = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    queries.append(json.loads(line))
+                except ValueError:
+                    raise InputError(f"{src}:{n}: not a JSON object; fix the line") from None
+    return [q for q in queries if isinstance(q, dict)]
+
+
+def label_checks(path: Path) -> tuple[list[Check], int]:
+    """Chunk-id labels and negative queries, from the raw records; also returns the number of queries."""
+    queries = _raw_queries(path)
+    tied = []
+    for q in queries:
+        keys = set(q) | {k for e in q.get("evidence") or [] if isinstance(e, dict) for k in e}
+        if keys & set(CHUNK_KEYS):
+            tied.append(str(q.get("query_id", "?")))
+    out = []
+    if tied:
+        out.append(Check("labels", "FAIL", f"{len(tied)} of {len(queries)} queries label chunk ids, not text: "
+                         f"{', '.join(tied[:5])} (§17: labels stored as chunk IDs)",
+                         "label evidence as {doc_id, quote} resolved to character spans (§3.1); "
+                         "ragassay golden build"))
+    else:
+        out.append(Check("labels", "PASS", f"{len(queries)} queries labelled by text spans, not chunk ids"))
+    neg = sum(q.get("answerable") is False for q in queries)
+    out.append(Check("negative queries", "PASS" if neg else "WARN", f"{neg} of {len(queries)} unanswerable",
+                     "" if neg else "add unanswerable questions, or abstention and over-refusal go unmeasured "
+                     "(§3.4, §10.5)"))
+    return out, len(queries)
+
+
+def policy_checks(path: Path, n_queries: int | None, sigma_d: float) -> list[Check]:
+    """A gate on raw thresholds (§14.2) and a golden set too small for the declared minimum effects (§13)."""
+    from ragassay.analysis.gate import load_policy
+    from ragassay.stats import mde_paired, n_for_mde
+    from ragassay.yamlio import load_yaml_node
+
+    data, _ = load_yaml_node(path, "gate policy")
+    raw = []
+    if isinstance(data, dict):
+        raw += [f"{k}:" for k in data if k in ("thresholds", *RAW_THRESHOLD_KEYS)]
+        for m, entry in (data.get("metrics") or {}).items() if isinstance(data.get("metrics"), dict) else []:
+            if isinstance(entry, dict):
+                raw += [f"{m}.{k}" for k in entry if k in RAW_THRESHOLD_KEYS]
+            elif isinstance(entry, (int, float)):
+                raw.append(f"{m}: {entry}")
+    if raw:
+        return [Check("gate policy", "FAIL", f"{path}: gates on raw thresholds ({', '.join(raw[:4])}) with no "
+                      "interval (§17: gating on a single noisy run)",
+                      "gate on the paired change: metrics: {METRIC: {min_effect: 0.03}} fails only a credible "
+                      "regression at least that large (§14.2)")]
+    pol = load_policy(path)
+    out = [Check("gate policy", "PASS", f"{path}: paired intervals with minimum effects on "
+                 f"{', '.join(pol.metrics)}")]
+    if n_queries:
+        small = [(m, p.min_effect) for m, p in pol.metrics.items()
+                 if mde_paired(n_queries, sigma_d) > p.min_effect]
+        if small:
+            m, eff = min(small, key=lambda x: x[1])
+            out.append(Check("sample size", "WARN", f"{n_queries} queries detect a change of "
+                             f"{mde_paired(n_queries, sigma_d):.3f} at 80% power (sigma_d {sigma_d:g}); the policy "
+                             f"asks for {eff:g} on {m} (§13)",
+                             f"{n_for_mde(eff, sigma_d)} queries for that effect, or a larger min_effect; measure "
+                             "sigma_d with ragassay compare (its σ_d column) and pass --sigma-d"))
+        else:
+            out.append(Check("sample size", "PASS", f"{n_queries} queries detect every policy minimum effect at "
+                             f"80% power (sigma_d {sigma_d:g})"))
+    return out
+
+
+def config_checks(configs: list[Path], store: Path) -> list[Check]:
+    """Stochastic configs (llm generator) never run with several trials in the store (§10.8)."""
+    from ragassay.pipeline.config import load_config
+    from ragassay.store import Store
+    from ragassay.trace.schema import config_sha
+
+    multi: set[str] = set()
+    if store.exists():
+        with Store.open(store, read_only=True) as st:
+            multi = {r.config_sha for r in st.list_runs() if (r.trials or 1) > 1 and r.config_sha}
+    out = []
+    for path in configs:
+        cfg = load_config(path)
+        hashed = cfg.hashed()  # what a run stores and hashes into its config sha
+        if not _stochastic(hashed):
+            out.append(Check("config", "PASS", f"{path}: deterministic pipeline (extractive generator)"))
+        elif config_sha(hashed) in multi:
+            out.append(Check("config", "PASS", f"{path}: stochastic, run with several trials"))
+        else:
+            out.append(Check("trials", "WARN", f"{path}: an llm generator is stochastic, and no stored run of it "
+                             "has more than one trial (§10.8)",
+                             "ragassay run CONFIG --trials 3 (or more); compare then resamples whole queries"))
     return out
 
 
@@ -98,14 +274,15 @@ def golden_checks(golden: Path, corpus: Path | None) -> list[Check]:
     from ragassay.corpus import load_corpus
     from ragassay.golden import load_golden
 
+    out, _ = label_checks(golden)
+    if not golden.is_dir():  # an authoring file: its labels are all there is to check before it is built
+        return out
     gs = load_golden(golden)
     m = gs.manifest
-    out = [Check("golden set", "PASS", f"{golden}: {len(gs)} queries, dataset {gs.dataset_version}")]
+    out.insert(0, Check("golden set", "PASS", f"{golden}: {len(gs)} queries, dataset {gs.dataset_version}"))
     out.append(Check("hit rule", "PASS" if m.get("hit_rule") else "FAIL", f"hit rule {m.get('hit_rule')!r}",
-                     "" if m.get("hit_rule") else "rebuild the golden set: the manifest must state its hit rule"))
-    neg = sum(not q.answerable for q in gs.queries)
-    out.append(Check("negative queries", "PASS" if neg else "WARN", f"{neg} of {len(gs)} unanswerable",
-                     "" if neg else "add unanswerable questions, or abstention and over-refusal go unmeasured (§17)"))
+                     "" if m.get("hit_rule") else "rebuild the golden set: the manifest must state its hit rule "
+                     "(§4)"))
     if corpus is not None:
         corp = load_corpus(corpus)
         ok = m.get("corpus_digest") == corp.digest
@@ -127,17 +304,30 @@ def golden_checks(golden: Path, corpus: Path | None) -> list[Check]:
 
 def doctor(
     store: Path = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file to check."),
-    golden: Path = typer.Option(None, "--golden", help="Built golden-set folder to check."),
+    golden: Path = typer.Option(None, "--golden", help="Built golden-set folder (or authoring file) to check."),
     corpus: Path = typer.Option(None, "--corpus", help="Corpus to check the golden set's pins against."),
+    config: list[Path] = typer.Option(None, "--config", help="Pipeline config to check (repeatable)."),
+    policy: Path = typer.Option(None, "--policy", help="Gate policy to check (raw thresholds, sample size)."),
+    sigma_d: float = typer.Option(0.25, "--sigma-d", min=0.0,
+                                  help="SD of per-query differences for the sample-size check (spec §13's "
+                                       "middle value; measure yours with compare's σ_d)."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Check the environment (versions, extras, writable folder, Chromium) and, when given, the store's schema,
-    a golden set's pins against a corpus, its hit rule and negative queries: PASS / WARN / FAIL with a fix.
+    """Check the environment and the project for the anti-patterns of spec §17: labels tied to chunk ids, no
+    negative queries, n too small for the policy's minimum effect, single-trial runs of a stochastic pipeline,
+    a gate on raw thresholds, unvalidated judges, a golden set stale against its corpus, no stated hit rule.
 
-    Exit code 0 unless a check FAILs (1); 2 on bad input."""
+    Every line is PASS / WARN / FAIL with the spec section and the fix. Exit code 0 when nothing FAILs (PASS
+    or WARN), 1 on a FAIL, 2 on bad input — like gate."""
     checks = environment_checks(Path.cwd()) + store_checks(store)
+    n_queries = None
     if golden is not None:
         checks += golden_checks(golden, corpus)
+        n_queries = len(_raw_queries(golden))
+    if policy is not None:
+        checks += policy_checks(policy, n_queries, sigma_d)
+    if config:
+        checks += config_checks(config, store)
     verdict = "FAIL" if any(c.verdict == "FAIL" for c in checks) else "WARN" if any(
         c.verdict == "WARN" for c in checks) else "PASS"
     if json_out:
@@ -148,7 +338,7 @@ def doctor(
             line = Text(f"{c.verdict:4}", style=colour[c.verdict]) + Text(f" {c.area}: {c.detail}")
             if c.fix:
                 line += Text(f" — fix: {c.fix}", style="dim")
-            console.print(line)
+            console.print(line, soft_wrap=True)  # one finding per line, whatever the width
         console.print(Text("doctor ") + Text(verdict, style=f"bold {colour[verdict]}"))
     if verdict == "FAIL":
         raise typer.Exit(EXIT_FAIL)
