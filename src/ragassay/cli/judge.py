@@ -82,10 +82,16 @@ def judge(
     if json_out:
         print_json(out)
         return
-    console.print(Text(f"judged run {summary.run_name} ({summary.run_id}) with {summary.pins['judge_model']}: "
-                       f"{summary.items} answers"))
     if problems:
         console.print(f"warning: {len(problems)} malformed trace record(s) in {esc(path)} were skipped")
+    print_judge_summary(summary)
+
+
+def print_judge_summary(summary) -> None:
+    """The judged metrics with defined/undefined counts, undefined reasons, call outcomes and the cost line."""
+    out = summary.to_dict()
+    console.print(Text(f"judged run {summary.run_name} ({summary.run_id}) with {summary.pins['judge_model']}: "
+                       f"{summary.items} answers"))
     table = Table("metric", "mean", "defined", "undefined")
     for m, v in out["metrics"].items():
         mean = v["mean"]

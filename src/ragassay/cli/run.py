@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ragassay.analysis.summary import run_summary
 from ragassay.cli.common import console, print_json
+from ragassay.errors import InputError
 from ragassay.store import Store
 
 HEADLINE = ("recall@fusion_depth", "ndcg@final_k", "recall@context", "answer_f1", "abstention_recall",
@@ -82,7 +83,7 @@ def print_run_summary(rec, summary: dict) -> None:
 
 
 def _report(st, run_id: str, info: dict | None, store: Path, json_out: bool,
-            profile: dict[str, float] | None = None) -> None:
+            profile: dict[str, float] | None = None, judged=None) -> None:
     rec = st.get_run(run_id)
     summary = run_summary(st.results(run_id))
     if json_out:
@@ -90,6 +91,8 @@ def _report(st, run_id: str, info: dict | None, store: Path, json_out: bool,
                "warnings": (rec.extra or {}).get("warnings", [])}
         if profile is not None:
             out["profile_s"] = profile
+        if judged is not None:
+            out["judge"] = judged.to_dict()
         print_json(out)
         return
     print_run_summary(rec, summary)
@@ -97,6 +100,10 @@ def _report(st, run_id: str, info: dict | None, store: Path, json_out: bool,
         print_import(info)
     if profile is not None:
         print_profile(profile)
+    if judged is not None:
+        from ragassay.cli.judge import print_judge_summary
+
+        print_judge_summary(judged)
     console.print(f"stored as run [bold]{rec.run_id}[/] in {escape(str(store))}")
 
 
@@ -130,6 +137,31 @@ def print_import(info: dict) -> None:
                       "in the golden set", style="yellow", markup=False)
 
 
+HIT_RULE_OPT = typer.Option(None, "--hit-rule", help="any_overlap | min_fraction:F | doc (default: the golden "
+                            "set's manifest, else any_overlap).")
+THRESHOLD_OPT = typer.Option(None, "--threshold", help="Relevant = grade ≥ this (default: the golden set's "
+                             "manifest, else 2).")
+
+
+def _options(gs, hit_rule: str | None, threshold: int | None, gain: str):
+    """Scoring options: a flag wins, then the golden set's own manifest (a BEIR set says `doc` and 1), then
+    the defaults. ``gs=None`` checks the flags alone."""
+    from ragassay.analysis.scoring import ScoringOptions
+
+    manifest = (gs.manifest or {}) if gs is not None else {}
+    rule = hit_rule or manifest.get("hit_rule") or "any_overlap"
+    level = threshold if threshold is not None else manifest.get("relevance_threshold", 2)
+    return ScoringOptions(hit_rule=rule, relevance_threshold=level, gain=gain)
+
+
+def _judge_run(st, run_id: str, gs, corp, cfg):
+    """Judge a finished run's answers from its recorded traces (the `ragassay judge score` path)."""
+    from ragassay.analysis.slicing import run_traces
+    from ragassay.judges.score import judge_stored_run
+
+    return judge_stored_run(st, run_id, list(run_traces(st, run_id).values()), gs, corp, cfg)
+
+
 def run(
     config: Path = typer.Argument(..., help="Pipeline config YAML."),
     store: Path = STORE_OPT,
@@ -146,16 +178,25 @@ def run(
     allow_pin_mismatch: bool = PIN_OPT,
     profile: bool = typer.Option(False, "--profile", help="Print where the run's time went: build, labels, "
                                  "queries (with their stages), scoring, traces, store."),
-    hit_rule: str = typer.Option("any_overlap", "--hit-rule", help="any_overlap | min_fraction:F | doc"),
-    threshold: int = typer.Option(2, "--threshold", help="Relevant = grade ≥ this."),
+    hit_rule: str = HIT_RULE_OPT,
+    threshold: int = THRESHOLD_OPT,
     gain: str = typer.Option("exp", "--gain", help="nDCG gain: exp | linear."),
+    judge: Path = typer.Option(None, "--judge", help="Also judge the run's answers with this judge config "
+                               "(as `ragassay judge score`), and print the cost line."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run the reference pipeline on the golden set (or import traces), score every stage, store the rows."""
     from ragassay.analysis.runner import load_inputs, run_pipeline_into_store, score_traces_into_store
-    from ragassay.analysis.scoring import ScoringOptions
 
-    opts = ScoringOptions(hit_rule=hit_rule, relevance_threshold=threshold, gain=gain)
+    _options(None, hit_rule, threshold, gain)  # bad flags are refused before anything is loaded
+    judge_cfg = None
+    if judge is not None:
+        from ragassay.judges.config import load_judge_config
+
+        judge_cfg = load_judge_config(judge)  # a bad judge config is refused before the run, not after it
+        if traces is None and traces_dir is None:
+            raise InputError("--judge reads the run's answers from its traces: pass --traces-dir DIR so the run "
+                             "records them (or import traces with --traces)")
     if traces_dir is not None:
         from ragassay.fsio import check_output_dir
 
@@ -165,6 +206,7 @@ def run(
 
         load_config(config)  # a bad config is refused before anything is loaded or a store is created
     corp, gs = load_inputs(corpus, golden)
+    opts = _options(gs, hit_rule, threshold, gain)
     with Store.open(store) as st:
         info = None
         if traces is not None:
@@ -183,7 +225,8 @@ def run(
                 run_id, _ = run_pipeline_into_store(st, config, corp, gs, trials=trials, options=opts, name=name,
                                                     resume=resume, traces_dir=traces_dir, batched=batched,
                                                     progress=tick, profile=timing)
-        _report(st, run_id, info, store, json_out, timing if profile and traces is None else None)
+        judged = _judge_run(st, run_id, gs, corp, judge_cfg) if judge_cfg is not None else None
+        _report(st, run_id, info, store, json_out, timing if profile and traces is None else None, judged)
 
 
 def score(
@@ -192,8 +235,8 @@ def score(
     corpus: Path = CORPUS_OPT,
     store: Path = STORE_OPT,
     name: str = typer.Option(None, "--name"),
-    hit_rule: str = typer.Option("any_overlap", "--hit-rule"),
-    threshold: int = typer.Option(2, "--threshold"),
+    hit_rule: str = HIT_RULE_OPT,
+    threshold: int = THRESHOLD_OPT,
     gain: str = typer.Option("exp", "--gain"),
     allow_pin_mismatch: bool = PIN_OPT,
     resume: str = typer.Option(None, "--resume", help="Finish an interrupted score of the same file (run id, "
@@ -204,10 +247,10 @@ def score(
 ) -> None:
     """Score another system's traces against a golden set and store them as a run, batch by batch."""
     from ragassay.analysis.runner import load_inputs, score_traces_into_store
-    from ragassay.analysis.scoring import ScoringOptions
 
-    opts = ScoringOptions(hit_rule=hit_rule, relevance_threshold=threshold, gain=gain)
+    _options(None, hit_rule, threshold, gain)
     corp, gs = load_inputs(corpus, golden)
+    opts = _options(gs, hit_rule, threshold, gain)
     with Store.open(store) as st:
         run_id, info = score_traces_into_store(st, traces, corp, gs, options=opts, name=name,
                                                allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size,
