@@ -151,6 +151,11 @@ class FakeProvider:
         return sum(1 for s in self.seen if s.status == 200)
 
     def reset_counts(self) -> None:
+        # A request the client gave up on (a scripted hang) still finishes here and is recorded: wait for
+        # those (bounded) so they are not counted against the next run.
+        deadline = time.monotonic() + 5.0
+        while self.inflight and time.monotonic() < deadline:
+            time.sleep(0.01)
         self.seen.clear()
         self.control.clear()
         self.max_inflight = 0
