@@ -9,18 +9,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
-# Runs a probe once the table is drawn: at once when the page's script drew it synchronously, else on the
-# table's "ready" event (a large report's data is compressed and inflated asynchronously).
-WHEN_READY = """(function (probe) {
-  var t = document.getElementById("queries");
-  if (t.getAttribute("data-ready") === "1") { probe(); } else { t.addEventListener("ready", probe); }
-})"""
-
-# Appended after the report's script: the time from navigation start to the table being drawn is the load
-# time (HTML parsed, data read, first page of rows drawn); then one column is sorted by a click, which sorts
-# and redraws synchronously, so the time around click() is what a reader waits.
+# Appended after the report's script: the time from navigation start to here is the load time (HTML parsed,
+# data read, first page of rows drawn); then one column is sorted by a click, which sorts and redraws
+# synchronously, so the time around click() is what a reader waits.
 TIMING_PROBE = """<script>
-""" + WHEN_READY + """(function () {
+(function () {
   var loaded = performance.now();
   var t = document.getElementById("queries");
   var th = t.tHead.querySelectorAll("th[data-type=num]")[0];
@@ -30,7 +23,7 @@ TIMING_PROBE = """<script>
   document.body.setAttribute("data-ready-seen", t.getAttribute("data-ready"));
   document.body.setAttribute("data-rows", t.tBodies.length);
   document.body.setAttribute("data-first", t.tBodies[0].rows[0].cells[0].textContent);
-});
+})();
 </script>"""
 
 

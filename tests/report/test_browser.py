@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from browser_probe import WHEN_READY, time_page
+from browser_probe import time_page
 from report_fixtures import DOC_TEXT, N_QUERIES, PWN_IMG, PWN_SCRIPT, make_data, make_large_data, start_tags
 
 from ragassay.report import html as html_module
@@ -28,7 +28,7 @@ PLOTS = ("plot-forest", "plot-recall", "plot-rerank", "plot-abstention", "plot-l
 # a visible change of the title instead.
 PRELUDE = """<script>window.alert = window.confirm = window.prompt = function () { document.title = "PWNED"; };</script>"""
 HARNESS = """<script>
-""" + WHEN_READY + """(function () {
+(function () {
   var t = document.getElementById("queries");
   function ids() { return Array.prototype.map.call(t.tBodies, function (b) { return b.rows[0].cells[0].textContent; }).join(","); }
   var th = t.tHead.querySelector('th[title="bm25 · recall@10"]');
@@ -44,7 +44,7 @@ HARNESS = """<script>
     Array.prototype.forEach.call(t.querySelectorAll("details"), function (d) { d.open = true; });
   });
   location.hash = "#q-q005";
-});
+})();
 </script>"""
 
 
@@ -91,13 +91,13 @@ def _expected_order(data: dict, run: str, metric: str, descending: bool) -> list
     return [qid for _, _, qid in defined + sorted(undefined, key=lambda x: x[1])]
 
 
-@pytest.mark.parametrize("compressed", [False, True], ids=["json", "gzip"])
+@pytest.mark.parametrize("compressed", [False, True], ids=["json", "deflate"])
 def test_hostile_report_stays_inert_and_the_table_script_works(tmp_path, monkeypatch, compressed):
-    # a large report embeds its data gzip-compressed; forcing that here runs the same checks on that path
+    # a large report embeds its data compressed; forcing that here runs the same checks on that path
     monkeypatch.setattr(html_module, "COMPRESS_ABOVE", -1 if compressed else html_module.COMPRESS_ABOVE)
     data = make_data(hostile=True)
     page = render_report(data, tmp_path / "report")
-    assert ('data-encoding="gzip-base64"' in page.read_text(encoding="utf-8")) == compressed
+    assert ('data-encoding="deflate-base64"' in page.read_text(encoding="utf-8")) == compressed
     # Escaping alone must hold: strip the CSP safety net so an injected script would be free to run.
     raw = page.read_text(encoding="utf-8")
     bare = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>\n?', "", raw)
@@ -153,8 +153,7 @@ def test_report_under_its_csp_runs_and_screenshots(tmp_path):
 def _probe(page: Path, tmp_path: Path, script: str) -> dict:
     bare = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>\n?', "", page.read_text(encoding="utf-8"))
     probe = tmp_path / "probe.html"
-    probe.write_text(bare.replace("</body>", f"<script>{WHEN_READY}(function () {{ {script} }});</script>\n</body>"),
-                     encoding="utf-8")
+    probe.write_text(bare.replace("</body>", f"<script>{script}</script>\n</body>"), encoding="utf-8")
     dom = _run(["--dump-dom", probe.as_uri()], tmp_path).stdout
     body = re.search(r'<body((?:[^>"]|"[^"]*")*)>', dom).group(1)
     return {"dom": dom, **{k: htmllib.unescape(v) for k, v in re.findall(r'(data-[a-z-]+)="([^"]*)"', body)}}

@@ -5,18 +5,96 @@
   var table = document.getElementById("queries");
   var source = document.getElementById("q-data");
   if (!table || !source) { return; }
-  // A large set's data is gzip, base64-encoded (a third of the JSON's size); the browser inflates it natively.
-  if (source.getAttribute("data-encoding") === "gzip-base64") {
-    var bin = atob(source.textContent.trim());
-    var bytes = new Uint8Array(bin.length);
-    for (var b = 0; b < bin.length; b++) { bytes[b] = bin.charCodeAt(b); }
-    new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"))).text()
-      .then(function (text) { start(JSON.parse(text)); });
-  } else {
-    start(JSON.parse(source.textContent));
+  // Raw DEFLATE (RFC 1951) inflater: a large set's data is compressed in the page, and decoding it here,
+  // synchronously, keeps the page working in any browser and its table drawn before the load event.
+  function inflate(src, size) {
+    var out = new Uint8Array(size), op = 0, pos = 0, buf = 0, cnt = 0;
+    var LBASE = [3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258];
+    var LEXT = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0];
+    var DBASE = [1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537, 2049, 3073,
+                 4097, 6145, 8193, 12289, 16385, 24577];
+    var DEXT = [0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13];
+    var ORDER = [16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15];
+    function bits(n) {
+      while (cnt < n) { buf |= (src[pos++] | 0) << cnt; cnt += 8; }
+      var v = buf & ((1 << n) - 1);
+      buf >>>= n; cnt -= n;
+      return v;
+    }
+    // canonical Huffman code -> lookup table indexed by the next `max` bits (codes arrive bit-reversed)
+    function table(lens) {
+      var max = 0, i, len;
+      for (i = 0; i < lens.length; i++) { if (lens[i] > max) { max = lens[i]; } }
+      var count = new Int32Array(16), next = new Int32Array(16), t = new Int32Array(1 << max);
+      for (i = 0; i < lens.length; i++) { count[lens[i]]++; }
+      count[0] = 0;
+      for (len = 1, i = 0; len < 16; len++) { i = (i + count[len - 1]) << 1; next[len] = i; }
+      for (var sym = 0; sym < lens.length; sym++) {
+        len = lens[sym];
+        if (!len) { continue; }
+        var code = next[len]++, rev = 0;
+        for (i = 0; i < len; i++) { rev = (rev << 1) | ((code >> i) & 1); }
+        for (i = rev; i < t.length; i += 1 << len) { t[i] = (sym << 4) | len; }
+      }
+      return {t: t, max: max, mask: (1 << max) - 1};
+    }
+    function sym(h) {
+      while (cnt < h.max) { buf |= (src[pos++] | 0) << cnt; cnt += 8; }
+      var e = h.t[buf & h.mask], n = e & 15;
+      buf >>>= n; cnt -= n;
+      return e >> 4;
+    }
+    var fixedL = [], fixedD = [], i;
+    for (i = 0; i < 288; i++) { fixedL.push(i < 144 ? 8 : i < 256 ? 9 : i < 280 ? 7 : 8); }
+    for (i = 0; i < 30; i++) { fixedD.push(5); }
+    var last = 0;
+    while (!last) {
+      last = bits(1);
+      var type = bits(2), lit, dist;
+      if (type === 0) {
+        bits(cnt & 7);  // to a byte boundary
+        var n = bits(16);
+        bits(16);
+        while (n > 0 && cnt >= 8) { out[op++] = bits(8); n--; }
+        out.set(src.subarray(pos, pos + n), op); op += n; pos += n;
+        continue;
+      }
+      if (type === 1) {
+        lit = table(fixedL); dist = table(fixedD);
+      } else {
+        var hlit = bits(5) + 257, hdist = bits(5) + 1, hclen = bits(4) + 4, cl = new Array(19).fill(0);
+        for (i = 0; i < hclen; i++) { cl[ORDER[i]] = bits(3); }
+        var clt = table(cl), lens = [];
+        while (lens.length < hlit + hdist) {
+          var s = sym(clt);
+          if (s < 16) { lens.push(s); continue; }
+          var rep = s === 16 ? 3 + bits(2) : s === 17 ? 3 + bits(3) : 11 + bits(7);
+          var v = s === 16 ? lens[lens.length - 1] : 0;
+          while (rep--) { lens.push(v); }
+        }
+        lit = table(lens.slice(0, hlit)); dist = table(lens.slice(hlit));
+      }
+      for (;;) {
+        var c = sym(lit);
+        if (c < 256) { out[op++] = c; continue; }
+        if (c === 256) { break; }
+        c -= 257;
+        var length = LBASE[c] + bits(LEXT[c]);
+        var d = sym(dist), back = DBASE[d] + bits(DEXT[d]);
+        for (var k = 0; k < length; k++) { out[op] = out[op - back]; op++; }
+      }
+    }
+    return out;
   }
 
-  function start(D) {
+  var D;
+  if (source.getAttribute("data-encoding") === "deflate-base64") {
+    var bin = atob(source.textContent.trim()), packed = new Uint8Array(bin.length);
+    for (var b = 0; b < bin.length; b++) { packed[b] = bin.charCodeAt(b); }
+    D = JSON.parse(new TextDecoder("utf-8").decode(inflate(packed, Number(source.getAttribute("data-length")))));
+  } else {
+    D = JSON.parse(source.textContent);
+  }
   var N = D.id.length;
   // repeated strings travel as codes into small tables; expand them once
   D.runs.forEach(function (r) { r.outcome = r.outcome.map(function (c) { return c === null ? null : D.outcomes[c]; }); });
@@ -303,6 +381,4 @@
   render();
   openTarget();
   table.setAttribute("data-ready", "1");
-  table.dispatchEvent(new Event("ready"));  // for tooling: compressed data arrives after the page has loaded
-  }
 })();
