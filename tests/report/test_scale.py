@@ -1,0 +1,140 @@
+"""What makes the report scale without changing a number: the shared pivot equals the store's own, the
+decomposition's shared draw equals the separate bootstraps, compressed page data decodes to the same JSON,
+the comparisons' capped resamples are stated on the page, and the trace reader keeps its semantics on the
+fast path."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from report_fixtures import make_data
+
+from ragassay.analysis import decomposition as dec
+from ragassay.analysis.report_data import (
+    COMPARE_DRAW_BUDGET,
+    MIN_COMPARE_RESAMPLES,
+    ReadCache,
+    comparison_resamples,
+    read_report_traces,
+)
+from ragassay.cli.app import main
+from ragassay.errors import InputError
+from ragassay.report import html as html_module
+from ragassay.report import render_report
+from ragassay.store import Store
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from report_scale import METRICS, build_inputs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    return build_inputs(tmp_path_factory.mktemp("scale"), 90)
+
+
+def test_shared_pivot_slices_equal_the_stores_own_results_wide(inputs):
+    with Store.open(inputs["store"], read_only=True) as st:
+        cached = ReadCache(st)
+        for subset in (["answer_f1"], ["recall@final_k", "answer_f1", "ndcg@final_k"], list(reversed(METRICS))):
+            got, want = cached.results_wide("candidate", subset), st.results_wide("candidate", subset)
+            assert list(got.query_ids) == list(want.query_ids) and list(got.strata) == list(want.strata)
+            np.testing.assert_array_equal(got.trials, want.trials)
+            np.testing.assert_array_equal(got.values, want.values)  # NaN where undefined, in the same cells
+        with pytest.raises(InputError, match="no rows for metric"):
+            cached.results_wide("candidate", ["answer_f1", "no_such_metric"])
+
+
+def test_read_only_store_memo_returns_the_same_run_and_a_private_metric_list(inputs):
+    with Store.open(inputs["store"], read_only=True) as st:
+        rec = st.get_run("baseline")
+        assert st.get_run(rec.run_id) == rec and st.get_run("baseline") is rec
+        names = st.metrics(rec.run_id)
+        names.append("mutated by a caller")
+        assert st.metrics(rec.run_id) == sorted(METRICS)
+
+
+def test_one_draw_for_both_runs_and_the_change_equals_three_separate_bootstraps():
+    rng = np.random.default_rng(11)
+    n = 9_000  # enough units that the draws come in several chunks
+    qids = np.asarray([f"q{i % 3_000}" for i in range(n)], dtype=object)  # three trials a query
+    ya, ha, yb, hb = ((rng.random(n) < p).astype(float) for p in (0.5, 0.7, 0.6, 0.8))
+    ya[rng.random(n) < 0.05] = np.nan
+    kw = {"n_resamples": 300, "confidence": 0.9, "seed": 4}
+    a, b, change = dec._paired_split(ya, ha, yb, hb, qids, **kw)
+    ok = ~(np.isnan(ya) | np.isnan(ha) | np.isnan(yb) | np.isnan(hb))
+    assert a == dec.decompose(ya[ok], ha[ok], qids[ok], **kw)
+    assert b == dec.decompose(yb[ok], hb[ok], qids[ok], **kw)
+    assert change == dec.split_change(ya, ha, yb, hb, qids, **kw)
+    assert change["n_excluded"] == int((~ok).sum()) > 0
+
+
+def test_decomposition_without_stage_columns_keeps_the_decomposition(inputs):
+    with Store.open(inputs["store"], read_only=True) as st:
+        full = dec.decomposition_of_run(st, "baseline", by_stratum=False, n_resamples=200)
+        lean = dec.decomposition_of_run(st, "baseline", by_stratum=False, n_resamples=200, stages=False)
+    assert "stages" in full["rows"][0] and "stages" not in lean["rows"][0]
+    assert {k: lean["rows"][0][k] for k in ("A", "h", "c1", "c0")} == \
+        {k: full["rows"][0][k] for k in ("A", "h", "c1", "c0")}
+
+
+def test_comparison_resamples_shrink_with_the_set_but_never_below_the_floor():
+    assert comparison_resamples(10_000, 10_000) == 10_000
+    assert comparison_resamples(10_000, 100_000) == COMPARE_DRAW_BUDGET // 100_000 == 2_000
+    assert comparison_resamples(10_000, 1_000_000) == MIN_COMPARE_RESAMPLES
+    assert comparison_resamples(500, 1_000_000) == 500  # never more than asked
+
+
+def test_capped_comparison_resamples_are_stated_on_the_page(inputs, tmp_path, monkeypatch, capsys):
+    import ragassay.analysis.report_data as rd
+
+    # at 90 queries nothing is capped; a budget this small caps it as 100,000 queries would
+    monkeypatch.setattr(rd, "COMPARE_DRAW_BUDGET", 90 * 300)
+    monkeypatch.setattr(rd, "MIN_COMPARE_RESAMPLES", 200)
+    out = tmp_path / "rep"
+    with pytest.raises(SystemExit) as done:
+        main(["report", *inputs["runs"], "-o", str(out), "--store", str(inputs["store"]), "--corpus",
+              str(inputs["corpus"]), "--golden", str(inputs["golden"]), "--resamples", "1000",
+              "--no-analyses", "--json"])
+    assert done.value.code in (0, None)
+    capsys.readouterr()
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert "Intervals and p-values from 300 resamples, capped from 1,000 at 90 queries" in page
+    assert "no p-value is below 1/301" in page
+
+
+def test_compressed_query_data_decodes_to_the_same_json(tmp_path, monkeypatch):
+    data = make_data(hostile=True)
+    plain = render_report(data, tmp_path / "plain").read_text(encoding="utf-8")
+    monkeypatch.setattr(html_module, "COMPRESS_ABOVE", -1)
+    packed = render_report(data, tmp_path / "packed").read_text(encoding="utf-8")
+    want = re.search(r'<script type="application/json" id="q-data">(.*?)</script>', plain, re.S).group(1)
+    m = re.search(r'<script type="application/octet-stream" id="q-data" data-encoding="deflate-base64" '
+                  r'data-length="(\d+)">([A-Za-z0-9+/=]*)</script>', packed)
+    raw = zlib.decompress(base64.b64decode(m.group(2)), -15)
+    assert int(m.group(1)) == len(raw) and raw.decode("utf-8") == want
+    assert json.loads(raw)["id"] == [q["query_id"] for q in data["queries"]]
+
+
+def test_trace_reader_fast_path_keeps_nan_lines_a_bom_and_interned_doc_ids(tmp_path):
+    lines = [
+        '\ufeff{"type":"trace","query_id":"q1","outcome":"answered","answer":"a","durations_ms":{"total":NaN},'
+        '"reranked":[{"doc_id":"d","start":0,"end":5},{"doc_id":"d","start":5,"end":9}]}',
+        '{"type":"trace","query_id":"q2","reranked":[{"doc_id":"d","start":true,"end":5}]}',
+        '{"type":"trace","query_id":"q3","reranked":[{"doc_id":"d","start":1,"end":2,"text":7}]}',
+        '{"type":"trace","query_id":"q4","fused":[{"doc_id":"d","start":1,"end":2}]}',
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    t = read_report_traces(path)
+    # NaN is not JSON but Python's json reads it, as the reader did before orjson
+    assert sorted(t.shown) == ["q1", "q4"] and t.ranked["q1"] == [("d", 0, 5), ("d", 5, 9)]
+    assert t.problems == [(2, "reranked[0] needs integer start and end offsets"), (3, "reranked[0].text must be a string")]
+    assert t.ranked["q1"][0][0] is t.ranked["q4"][0][0]  # one string object per document id
+    assert len(t.durations) == 1 and np.isnan(t.durations[0]["total"])
