@@ -22,14 +22,14 @@ $(CORE): pyproject.toml constraints.txt | $(BIN)/python
 # torch is pinned to the CPU build on this machine's disk before anything can pull a CUDA build.
 $(FULL): pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP) torch==2.13.0
-	$(PIP) -e '.[dense,llm,dev]'
+	$(PIP) -e '.[dense,llm,dev,ray]'
 	touch $@ $(CORE)
 
 # Re-pin the toolchain: resolve the extras afresh in a scratch venv, then freeze it into constraints.txt.
 lock:
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/pip install --quiet --disable-pip-version-check torch==2.13.0
-	.venv-lock/bin/pip install --quiet --disable-pip-version-check -e '.[dense,llm,dev]'
+	.venv-lock/bin/pip install --quiet --disable-pip-version-check -e '.[dense,llm,dev,ray]'
 	{ echo "# The toolchain the test suite was last run with: make test and make demo install with -c constraints.txt."; \
 	  echo "# Regenerate after a dependency change with make lock."; \
 	  .venv-lock/bin/pip freeze --exclude-editable | sed 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/'; } > constraints.txt

@@ -14,6 +14,7 @@ traces ``schema_failures``, ``problems``, ``unknown_queries`` and, when allowed,
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import math
 import subprocess
@@ -28,6 +29,7 @@ from ragassay import __version__
 from ragassay.analysis.scoring import METRIC_VERSION, Labels, ScoredRun, ScoringOptions, score_traces
 from ragassay.corpus import Corpus, bundled_corpus_dir, load_corpus
 from ragassay.errors import InputError
+from ragassay.executors import LocalExecutor, PipelineWorkers, get_executor
 from ragassay.fsio import check_output_dir, make_dir, mark_output_dir
 from ragassay.golden import GOLDEN_FILE, GoldenSet, build_golden, bundled_golden_source, load_golden
 from ragassay.store import RunRecord, Store
@@ -146,19 +148,47 @@ def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpu
                             resume: str | None = None, traces_dir: str | Path | None = None,
                             cache_dir: str | Path | None = None, batched: bool = False,
                             progress: Callable[[int, int], None] | None = None,
-                            profile: dict[str, float] | None = None) -> tuple[str, RunHeader]:
+                            profile: dict[str, float] | None = None,
+                            executor: str | LocalExecutor | None = None) -> tuple[str, RunHeader]:
     """Run the reference pipeline on every (query, trial), scoring and storing batch by batch.
 
     Each query runs on its own (:meth:`Pipeline.run_query`), so its stored latency is its own wall time.
     ``batched=True`` runs the retrieval stages for 64 queries at once (:meth:`Pipeline.run_batch`): faster,
     but no single request's time exists, so latency is stored as NULL. A ``profile`` dict is filled with
     wall seconds per part of the run (see :data:`PROFILE_PARTS`).
+
+    ``executor`` (:func:`ragassay.executors.get_executor`: ``"local"`` by default, ``"ray[:ADDRESS]"``) says
+    where the queries run; the pipeline is built once per worker, batches come back in order and this
+    process scores and writes them, so every executor stores the rows the local one stores. An executor
+    given by name is closed at the end; one given as an object belongs to the caller.
     """
+    owned = not isinstance(executor, LocalExecutor)
+    ex = get_executor(executor)
+    try:
+        return _run_pipeline(store, config_path, corpus, golden, trials=trials, options=options, name=name,
+                             resume=resume, traces_dir=traces_dir, cache_dir=cache_dir, batched=batched,
+                             progress=progress, profile=profile, ex=ex)
+    finally:
+        if owned:
+            ex.close()
+
+
+def _build_pipeline(cfg: Any, corpus: Corpus) -> Any:
+    from ragassay.pipeline import Pipeline
+
+    return Pipeline.from_config(cfg, corpus)
+
+
+def _run_pipeline(store: Store, config_path: str | Path, corpus: Corpus, golden: GoldenSet, *, trials: int,
+                  options: ScoringOptions | None, name: str | None, resume: str | None,
+                  traces_dir: str | Path | None, cache_dir: str | Path | None, batched: bool,
+                  progress: Callable[[int, int], None] | None, profile: dict[str, float] | None,
+                  ex: LocalExecutor) -> tuple[str, RunHeader]:
     prof = profile if profile is not None else {}
     for part in PROFILE_PARTS:
         prof[part] = 0.0
     t_part = time.perf_counter()
-    from ragassay.pipeline import Pipeline, load_config
+    from ragassay.pipeline import load_config
 
     opt = options or ScoringOptions()
     if traces_dir is not None:
@@ -169,7 +199,18 @@ def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpu
 
         check_cache_dir(Path(cache_dir))  # the same claim load_config makes for a config's own cache_dir
         cfg = cfg.model_copy(update={"cache_dir": str(cache_dir)})
-    pipe = Pipeline.from_config(cfg, corpus)
+    pipe = ex.pipeline_workers(functools.partial(_build_pipeline, cfg, corpus), golden)
+    try:
+        return _run_batches(store, pipe, config_path, corpus, golden, cfg, trials, opt, name, resume, traces_dir,
+                            batched, progress, prof, t_part)
+    finally:
+        pipe.close()
+
+
+def _run_batches(store: Store, pipe: PipelineWorkers, config_path: str | Path, corpus: Corpus, golden: GoldenSet,
+                 cfg: Any, trials: int, opt: ScoringOptions, name: str | None, resume: str | None,
+                 traces_dir: str | Path | None, batched: bool, progress: Callable[[int, int], None] | None,
+                 prof: dict[str, float], t_part: float) -> tuple[str, RunHeader]:
     prof["build"] = time.perf_counter() - t_part
     run_name = name or cfg.name or Path(config_path).stem
     header = pipe.header(golden.dataset_version, run_name)
@@ -192,7 +233,7 @@ def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpu
         run_id = store.create_run(rec)
         n_failures, examples = 0, []
     done = store.done_keys(run_id)
-    todo = [(q, tr) for tr in range(trials) for q in golden.queries if (q.query_id, tr) not in done]
+    todo = [(q.query_id, tr) for tr in range(trials) for q in golden.queries if (q.query_id, tr) not in done]
     writer = None
     if traces_dir is not None:
         make_dir(Path(traces_dir))
@@ -222,14 +263,14 @@ def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpu
         pending.clear()
         prof["store"] += time.perf_counter() - t_store
 
-    for start in range(0, total, BATCH_QUERIES):
-        batch = todo[start:start + BATCH_QUERIES]
+    starts = range(0, total, BATCH_QUERIES)
+    results = pipe.map((todo[start:start + BATCH_QUERIES] for start in starts), batched)
+    for start in starts:
+        keys = todo[start:start + BATCH_QUERIES]
         t_part = time.perf_counter()
-        traces: list[Trace] = (pipe.run_batch(batch) if batched
-                               else [pipe.run_query(q, tr) for q, tr in batch])
+        traces: list[Trace] = next(results)
         t_score = time.perf_counter()
         prof["queries"] += t_score - t_part
-        keys = [(q.query_id, tr) for q, tr in batch]
         scored = score_traces(golden, traces, header, opt, keys=keys, corpus=corpus, labels=labels)
         t_part = time.perf_counter()
         prof["score"] += t_part - t_score

@@ -1,0 +1,30 @@
+"""The executor seam: where a run's query batches and a score's trace partitions are computed.
+
+``local`` (the default and the reference) computes everything in this process. ``ray[:ADDRESS]`` ships
+the work to a Ray cluster (a new local one without an address). Either way the driver — this process — is
+the single writer of the store, and work comes back in submission order, so the stored rows are the same.
+"""
+
+from __future__ import annotations
+
+from ragassay.errors import InputError
+from ragassay.executors.local import LocalExecutor, PipelineWorkers
+
+__all__ = ["Executor", "LocalExecutor", "PipelineWorkers", "get_executor"]
+
+Executor = LocalExecutor  # the interface; RayExecutor subclasses it (imported only when asked for)
+
+
+def get_executor(spec: str | LocalExecutor | None = None) -> LocalExecutor:
+    """``None`` / ``"local"`` / ``"ray"`` / ``"ray:ADDRESS"`` (or an executor, returned as is)."""
+    if isinstance(spec, LocalExecutor):
+        return spec
+    text = (spec or "local").strip()
+    if text == "local":
+        return LocalExecutor()
+    if text == "ray" or text.startswith("ray:"):
+        from ragassay.executors.ray import RayExecutor
+
+        return RayExecutor(address=text[4:] or None)
+    raise InputError(f"--executor {text!r}: use local, ray (a new local Ray cluster) or ray:ADDRESS "
+                     f"(e.g. ray:auto or ray:10.0.0.5:6379)")

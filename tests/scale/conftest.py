@@ -1,0 +1,26 @@
+"""One real local Ray cluster (2 worker CPUs) for every Ray test in a module, shut down at module end."""
+
+import os
+
+import pytest
+
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=300 * 1024 * 1024)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def rows(store, run_id):
+    """A run's stored rows in a canonical order, without the run id and the wall-clock latency (never equal twice)."""
+    t = store.results(run_id).drop_columns(["run_id", "latency_ms"])
+    return t.sort_by([("query_id", "ascending"), ("trial", "ascending"), ("metric", "ascending")]).to_pylist()
