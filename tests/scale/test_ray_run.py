@@ -1,12 +1,12 @@
 """`run` on a real local Ray cluster stores the local executor's rows, also after a worker or driver dies."""
 
 import pytest
+from tests.scale.conftest import rows
 
 from ragassay.analysis.demo import demo_config_dir
 from ragassay.analysis.runner import load_inputs, run_pipeline_into_store
 from ragassay.executors import get_executor
 from ragassay.store import Store
-from tests.scale.conftest import rows
 
 pytestmark = pytest.mark.slow
 
