@@ -11,7 +11,9 @@ the time one column sort takes, with the probe the browser test uses.
 
 Targets (issue 18): at 100,000 queries <= 30 MB HTML, <= 15 s, <= 1.5 GB peak; load <= 3 s, sort <= 300 ms.
 
-Usage: python benchmarks/report_scale.py [N_QUERIES ...] [--resamples R] [--keep DIR]
+Usage: python benchmarks/report_scale.py [N_QUERIES ...] [--resamples R] [--repeat K] [--keep DIR]
+
+``--repeat K`` runs the report K times on the same inputs (the machine is shared: one figure is noise).
 """
 
 from __future__ import annotations
@@ -180,6 +182,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000])
     ap.add_argument("--resamples", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=1, help="report runs per size on the same inputs")
     ap.add_argument("--keep", type=Path, default=None, help="build inputs and reports here and keep them")
     args = ap.parse_args(argv)
     results = []
@@ -188,12 +191,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         t = time.perf_counter()
         inputs = build_inputs(root, n)
         setup = time.perf_counter() - t
-        r = run_report(inputs, root / "report", args.resamples)
-        r.update(n_queries=n, setup_s=setup)
-        b = browser_timings(Path(r["report"]), root)
-        if b:
-            r.update(b)
-        results.append(r)
+        for k in range(args.repeat):
+            r = run_report(inputs, root / f"report-{k}", args.resamples)
+            r.update(n_queries=n, setup_s=setup)
+            b = browser_timings(Path(r["report"]), root)
+            if b:
+                r.update(b)
+            results.append(r)
         if args.keep is None:
             shutil.rmtree(root)
     print(f"{'queries':>9} {'build s':>8} {'peak MB':>8} {'HTML MB':>8} {'parquet MB':>10} {'load ms':>8} "

@@ -425,7 +425,9 @@ def _recall_curve(rec, tr: RunTraces | None, golden: GoldenSet, idx: EvidenceInd
     lens = np.fromiter((len(u) for _, u in lists), dtype=np.int64, count=len(lists))
     depth = int(lens.max())
     thr = rec.relevance_threshold or 2
-    n_rel = np.asarray([sum(e.grade >= thr for e in golden.queries[i].evidence) for i, _ in lists], dtype=float)
+    # relevant spans per query, counted from the index (its query code is the query's position in the set)
+    per_query = np.bincount(idx.key[idx.grade >= thr] // idx.n_docs, minlength=len(golden.queries))
+    n_rel = per_query[[i for i, _ in lists]].astype(float)
     row = np.repeat(np.arange(len(lists)), lens)
     # rank within each list: position in the flat array minus where the list starts
     rank = np.arange(len(row)) - np.repeat(np.cumsum(lens) - lens, lens)
