@@ -189,3 +189,65 @@ def test_batch_reader_reports_what_the_plain_reader_reports(tmp_path):
         starts = [int(x) for b in batches for x in b.units.start]
         assert starts == [u.start for t in traces for _, us in t.unit_lists() for u in us]
     assert {p.line for p in plain.problems} == {4, 7, 9, 10, 11, 12}
+
+
+def _columns_equal(a, b):
+    import numpy as np
+
+    assert (a[0].keys, a[0].fields, a[0].unit_id, a[0].doc_id, a[0].text) == \
+        (b[0].keys, b[0].fields, b[0].unit_id, b[0].doc_id, b[0].text)
+    for name in ("lengths", "start", "end", "score", "has_score"):
+        x, y = getattr(a[0], name), getattr(b[0], name)
+        assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True), name
+    assert np.array_equal(a[1], b[1]) and np.array_equal(a[2], b[2], equal_nan=True)
+
+
+def test_arrow_unit_columns_equal_the_dict_path_on_random_records():
+    import random
+
+    from ragassay.trace.io import _arrow_columns, _columns, _strip
+
+    rng = random.Random(7)
+
+    def unit(i):
+        u = {"unit_id": f"u{i}", "doc_id": rng.choice(["d1", "d2", "é3"]), "start": rng.randrange(0, 50),
+             "end": rng.randrange(50, 99)}
+        for key, value in (("score", rng.choice([1, 0.25, -3.5, None])), ("rank", i + 1),
+                           ("text", rng.choice(["x", "naïve", None])), ("tokens", rng.randrange(0, 4))):
+            if rng.random() < 0.6:
+                u[key] = value
+        return u
+
+    for _ in range(20):
+        cands, blobs = [], {}
+        for line in range(1, rng.randrange(1, 12)):
+            rec = {"trace_id": f"t{line}", "query_id": f"q{line}"}
+            names = rng.sample(["sparse", "dense", "kw"], rng.randrange(0, 4))
+            if names:
+                rec["branches"] = {n: [unit(i) for i in range(rng.randrange(0, 4))] for n in names}
+            for name in ("fused", "reranked", "packed", "cut"):
+                if rng.random() < 0.7:
+                    rec[name] = [unit(i) for i in range(rng.randrange(0, 6))]
+            if rng.random() < 0.2:
+                rec["reranked"] = None
+            blobs[line] = json.dumps(rec).encode() + b"\n"
+            cands.append((line, rec, Trace.model_validate(_strip(rec))))
+        want = _columns(cands)
+        got = _arrow_columns(cands, blobs)
+        if not len(want[0].lengths):
+            assert got is None
+            continue
+        _columns_equal(got, want)
+
+
+@pytest.mark.parametrize("bad", [{"start": 1.0}, {"colour": 1}, {"unit_id": "2020-01-01"}, {"unit_id": ""},
+                                 {"rank": 0}, {"tokens": -1}, {"score": True}, {"text": 5}, {"end": 2**63}])
+def test_arrow_path_hands_back_what_it_cannot_check(bad):
+    from ragassay.trace.io import _arrow_columns, _strip
+
+    def cand(**kw):
+        rec = {"trace_id": "t", "query_id": "q", "fused": [{"unit_id": "u", "doc_id": "d", "start": 0, "end": 5, **kw}]}
+        return [(1, rec, Trace.model_validate(_strip(rec)))], {1: json.dumps(rec).encode()}
+
+    assert _arrow_columns(*cand()) is not None
+    assert _arrow_columns(*cand(**bad)) is None

@@ -23,6 +23,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
 from pydantic import ValidationError
 
 from ragassay.errors import SchemaError
@@ -375,6 +376,94 @@ def _columns(cands: list[tuple[int, dict, Trace]]) -> tuple[UnitColumns, np.ndar
     return cols, np.asarray(owners, dtype=np.int64), tok
 
 
+_UNIT_TYPES = {"unit_id": pa.string(), "doc_id": pa.string(), "start": pa.int64(), "end": pa.int64(),
+               "score": pa.float64(), "rank": pa.int64(), "text": pa.string(), "tokens": pa.int64()}
+
+
+def _unit_field_ok(name: str, arr: pa.Array) -> bool:
+    """The check :func:`_columns` makes on one column, on Arrow's inferred type for it."""
+    if name in ("unit_id", "doc_id"):
+        return (pa.types.is_string(arr.type) and not arr.null_count
+                and not (len(arr) and pc.any(pc.equal(arr, "")).as_py()))
+    if name in ("start", "end"):
+        return _column_ok(arr, ("int",), -_BIG, _BIG, False)
+    if name == "score":
+        return _column_ok(arr, ("null", "int", "float"))
+    if name == "rank":
+        return _column_ok(arr, ("null", "int"), 1, _BIG)
+    if name == "tokens":
+        return _column_ok(arr, ("null", "int"), 0, _BIG)
+    return _column_ok(arr, ("null", "str"))
+
+
+def _arrow_columns(cands: list[tuple[int, dict, Trace]],
+                   blobs: dict[int, bytes]) -> tuple[UnitColumns, np.ndarray, np.ndarray] | None:
+    """The unit columns of :func:`_columns`, parsed by Arrow's C++ JSON reader from the records' own lines
+    so no unit becomes a Python object; None whenever Arrow cannot read the lines, infers a type the
+    checks do not accept, or sees a key :class:`Unit` lacks (the caller then takes the dict path, which
+    decides which records need pydantic). The list layout (which lists, in which order, how long) comes
+    from the parsed records, so it is the dict path's by construction; Arrow's list lengths must agree."""
+    keys, fields, lens, owners = [], [], [], []
+    for ti, (_, rec, m) in enumerate(cands):
+        for name, us in _unit_lists(rec):
+            keys.append(m.key)
+            fields.append(name)
+            lens.append(len(us))
+            owners.append(ti)
+    if not lens:
+        return None
+    lines = [blobs[lineno].rstrip(b"\r\n") for lineno, _, _ in cands]
+    try:
+        table = pj.read_json(pa.BufferReader(b"\n".join(lines)),
+                             read_options=pj.ReadOptions(block_size=max(1 << 20, 2 * max(map(len, lines)))))
+        if table.num_rows != len(cands):
+            return None
+        parts, base, n_units = [], {}, 0
+        offsets: dict[str, np.ndarray] = {}
+        for name in dict.fromkeys(fields):
+            if name.startswith("branches."):
+                col = table.column("branches").combine_chunks().field(name.removeprefix("branches."))
+            else:
+                col = table.column(name).combine_chunks()
+            if not pa.types.is_list(col.type) or not pa.types.is_struct(col.type.value_type):
+                return None
+            values = col.values
+            if values.null_count or not _UNIT_KEYS.issuperset(f.name for f in values.type):
+                return None
+            offsets[name] = col.offsets.to_numpy()
+            base[name] = n_units
+            n_units += len(values)
+            parts.append(values)
+    except (KeyError, pa.ArrowException):
+        return None
+    lengths = np.asarray(lens, dtype=np.int64)
+    owner_arr = np.asarray(owners, dtype=np.int64)
+    first = np.fromiter((base[f] + offsets[f][o] for f, o in zip(fields, owners, strict=True)), dtype=np.int64,
+                        count=len(fields))
+    arrow_len = np.fromiter((offsets[f][o + 1] - offsets[f][o] for f, o in zip(fields, owners, strict=True)),
+                            dtype=np.int64, count=len(fields))
+    if not np.array_equal(arrow_len, lengths):
+        return None
+    take = pa.array(np.repeat(first - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum())))
+    cols = {}
+    for key, typ in _UNIT_TYPES.items():
+        pieces = []
+        for values in parts:
+            arr = values.field(key) if values.type.get_field_index(key) >= 0 else pa.nulls(len(values))
+            if not _unit_field_ok(key, arr):
+                return None
+            pieces.append(arr.cast(typ))
+        cols[key] = pa.concat_arrays(pieces).take(take)
+    score, text, tokens = cols["score"], cols["text"], cols["tokens"]
+    units = UnitColumns(keys=keys, fields=fields, lengths=lengths, unit_id=cols["unit_id"].to_pylist(),
+                        doc_id=cols["doc_id"].to_pylist(), start=cols["start"].to_numpy(zero_copy_only=False),
+                        end=cols["end"].to_numpy(zero_copy_only=False),
+                        score=pc.fill_null(score, math.nan).to_numpy(zero_copy_only=False),
+                        has_score=score.is_valid().to_numpy(zero_copy_only=False),
+                        text=text.to_pylist() if text.null_count < len(text) else None)
+    return units, owner_arr, pc.fill_null(tokens.cast(pa.float64()), math.nan).to_numpy(zero_copy_only=False)
+
+
 class TraceBatchReader:
     """Read a trace file in batches of columns: the problems, header and line map of :class:`TraceReader`,
     record for record, at a fraction of its cost.
@@ -397,6 +486,7 @@ class TraceBatchReader:
         self.n_records = 0
         self.n_traces = 0
         self._header_reported = False
+        self._coerced: set[int] = set()  # lines of the batch read the slow way: their dict is not their line
 
     def _open(self):
         try:
@@ -434,6 +524,7 @@ class TraceBatchReader:
         problems: list[Problem] = []
         cands: list[tuple[int, dict, Trace]] = []
         blobs = dict(pending)
+        self._coerced = set()
         was_enabled = gc.isenabled()
         gc.disable()  # parsing allocates millions of acyclic dicts; generation scans would free nothing
         try:
@@ -500,8 +591,7 @@ class TraceBatchReader:
             self._header_reported = True
             problems.append(Problem(lineno, "bad header: " + _first_error(exc)))
 
-    @staticmethod
-    def _slow(lineno: int, blob: bytes, cands: list, problems: list[Problem]) -> None:
+    def _slow(self, lineno: int, blob: bytes, cands: list, problems: list[Problem]) -> None:
         """Read one line as :class:`TraceReader` does (the json module: orjson turns integers beyond 64 bits
         into floats) and validate it with the full model: a problem, or its coerced values as JSON types."""
         rec, _, _ = _parse_line(lineno, blob)
@@ -512,6 +602,7 @@ class TraceBatchReader:
             problems.append(Problem(lineno, _first_error(exc)))
             return
         dumped = full.model_dump()
+        self._coerced.add(lineno)
         cands.append((lineno, dumped, Trace.model_validate(_strip(dumped))))
 
     def _validated(self, cands: list, problems: list[Problem],
@@ -519,7 +610,9 @@ class TraceBatchReader:
         """Columns of the candidates; records failing a unit or packed-token check are re-validated one by
         one (and ``cands`` edited in place) until every remaining record passes."""
         while True:
-            got = _columns(cands)
+            got = None if self._coerced else _arrow_columns(cands, blobs)
+            if got is None:
+                got = _columns(cands)
             if isinstance(got, set):
                 bad = got
                 if not bad:  # a column check no single unit fails would loop forever
