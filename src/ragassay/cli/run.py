@@ -22,6 +22,9 @@ HEADLINE = ("recall@fusion_depth", "ndcg@final_k", "recall@context", "answer_f1"
 STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")
 CORPUS_OPT = typer.Option(None, "--corpus", help="Corpus dir or .jsonl (default: the bundled licenses).")
 GOLDEN_OPT = typer.Option(None, "--golden", help="Built golden set dir or authoring file (default: bundled).")
+EXECUTOR_OPT = typer.Option("local", "--executor", help="Where the work runs: local (default), ray (a new "
+                            "local Ray cluster) or ray:ADDRESS (an existing one, e.g. ray:auto); the driver "
+                            "writes the store and the rows are the local ones.")
 PIN_OPT = typer.Option(False, "--allow-pin-mismatch",
                        help="Score traces whose header names another corpus digest or dataset version "
                             "(recorded with the run).")
@@ -183,12 +186,15 @@ def run(
     gain: str = typer.Option("exp", "--gain", help="nDCG gain: exp | linear."),
     judge: Path = typer.Option(None, "--judge", help="Also judge the run's answers with this judge config "
                                "(as `ragassay judge score`), and print the cost line."),
+    executor: str = EXECUTOR_OPT,
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run the reference pipeline on the golden set (or import traces), score every stage, store the rows."""
     from ragassay.analysis.runner import load_inputs, run_pipeline_into_store, score_traces_into_store
+    from ragassay.executors import check_executor
 
     _options(None, hit_rule, threshold, gain)  # bad flags are refused before anything is loaded
+    executor = check_executor(executor)
     judge_cfg = None
     if judge is not None:
         from ragassay.judges.config import load_judge_config
@@ -224,13 +230,14 @@ def run(
                 timing: dict[str, float] = {}
                 run_id, _ = run_pipeline_into_store(st, config, corp, gs, trials=trials, options=opts, name=name,
                                                     resume=resume, traces_dir=traces_dir, batched=batched,
-                                                    progress=tick, profile=timing)
+                                                    progress=tick, profile=timing, executor=executor)
         judged = _judge_run(st, run_id, gs, corp, judge_cfg) if judge_cfg is not None else None
         _report(st, run_id, info, store, json_out, timing if profile and traces is None else None, judged)
 
 
 def score(
-    traces: Path = typer.Argument(..., help="Traces JSONL from any system."),
+    traces: list[Path] = typer.Argument(..., help="Traces JSONL from any system; several files make one run "
+                                        "each (partitions of the work on --executor ray)."),
     golden: Path = typer.Option(..., "--golden", help="Built golden set dir or authoring file."),
     corpus: Path = CORPUS_OPT,
     store: Path = STORE_OPT,
@@ -243,19 +250,37 @@ def score(
                                "prefix or name): rows already stored are kept, none is duplicated."),
     batch_size: int = typer.Option(2048, "--batch-size", min=1, help="Traces read, scored and stored at a "
                                    "time; memory grows with it."),
+    executor: str = EXECUTOR_OPT,
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Score another system's traces against a golden set and store them as a run, batch by batch."""
     from ragassay.analysis.runner import load_inputs, score_traces_into_store
+    from ragassay.analysis.stream import score_files_into_store
+    from ragassay.executors import check_executor
 
     _options(None, hit_rule, threshold, gain)
+    executor = check_executor(executor)
+    if resume and (len(traces) > 1 or executor != "local"):
+        raise InputError("--resume finishes the score of one trace file with the local executor; "
+                         "drop --resume to score several files (one new run each)")
     corp, gs = load_inputs(corpus, golden)
     opts = _options(gs, hit_rule, threshold, gain)
     with Store.open(store) as st:
-        run_id, info = score_traces_into_store(st, traces, corp, gs, options=opts, name=name,
-                                               allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size,
-                                               resume=resume)
-        _report(st, run_id, info, store, json_out)
+        if len(traces) == 1 and executor == "local":
+            run_id, info = score_traces_into_store(st, traces[0], corp, gs, options=opts, name=name,
+                                                   allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size,
+                                                   resume=resume)
+            _report(st, run_id, info, store, json_out)
+            return
+        done = score_files_into_store(st, traces, corp, gs, options=opts, name=name,
+                                      allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size,
+                                      executor=executor)
+        if json_out:
+            print_json({"runs": [{"run": st.get_run(r).to_dict(), "summary": run_summary(st.results(r)),
+                                  "import": info} for r, info in done]})
+            return
+        for run_id, info in done:
+            _report(st, run_id, info, store, json_out)
 
 
 def runs(store: Path = STORE_OPT, json_out: bool = typer.Option(False, "--json")) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ragassay.errors import InputError
 from ragassay.executors.local import LocalExecutor, PipelineWorkers
 
-__all__ = ["Executor", "LocalExecutor", "PipelineWorkers", "get_executor"]
+__all__ = ["Executor", "LocalExecutor", "PipelineWorkers", "check_executor", "get_executor"]
 
 Executor = LocalExecutor  # the interface; RayExecutor subclasses it (imported only when asked for)
 
@@ -19,12 +19,18 @@ def get_executor(spec: str | LocalExecutor | None = None) -> LocalExecutor:
     """``None`` / ``"local"`` / ``"ray"`` / ``"ray:ADDRESS"`` (or an executor, returned as is)."""
     if isinstance(spec, LocalExecutor):
         return spec
-    text = (spec or "local").strip()
+    text = check_executor(spec)
     if text == "local":
         return LocalExecutor()
-    if text == "ray" or text.startswith("ray:"):
-        from ragassay.executors.ray import RayExecutor
+    from ragassay.executors.ray import RayExecutor
 
-        return RayExecutor(address=text[4:] or None)
+    return RayExecutor(address=text[4:] or None)
+
+
+def check_executor(spec: str | None) -> str:
+    """The executor spec, normalized, or :class:`InputError` — without starting anything."""
+    text = (spec or "local").strip()
+    if text == "local" or text == "ray" or (text.startswith("ray:") and len(text) > 4):
+        return text
     raise InputError(f"--executor {text!r}: use local, ray (a new local Ray cluster) or ray:ADDRESS "
                      f"(e.g. ray:auto or ray:10.0.0.5:6379)")
