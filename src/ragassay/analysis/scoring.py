@@ -42,7 +42,7 @@ import numpy as np
 from ragassay.errors import InputError
 from ragassay.golden import EvidenceIndex, GoldenSet, HitRule
 from ragassay.metrics import GradeMatrix, Semantics, evaluate
-from ragassay.metrics.generation import exact_match, token_f1
+from ragassay.metrics.generation import _f1, normalize_answer
 from ragassay.metrics.semantics import tie_rule
 from ragassay.trace import RunHeader, Trace, Unit, UnitCheck, validate_units
 
@@ -367,9 +367,12 @@ def _generation_rows(golden: GoldenSet, rows, row_traces, doc_lengths):
         abstained = outcome == "abstained"
         if q.answerable:
             over[i] = float(abstained)
-            if q.reference_answer:
-                f1[i] = 0.0 if abstained else token_f1(rt.answer or "", [q.reference_answer])
-                em[i] = 0.0 if abstained else exact_match(rt.answer or "", [q.reference_answer])
+            if q.reference_answer and abstained:
+                f1[i] = em[i] = 0.0
+            elif q.reference_answer:
+                # token_f1 and exact_match of one reference, each text normalized once instead of twice
+                pred, ref = normalize_answer(rt.answer or "").split(), normalize_answer(q.reference_answer).split()
+                f1[i], em[i] = _f1(pred, ref), float(pred == ref)
         else:
             abst_recall[i] = float(abstained)
         if rt.citations and not abstained:
