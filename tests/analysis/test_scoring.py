@@ -126,3 +126,26 @@ def test_tie_rule_aliases_are_one_pin():
     assert ScoringOptions(ties="trec_eval").pins()["ties"] == "trec_eval9"
     assert ScoringOptions(ties="trec_eval").pins() == ScoringOptions(ties="trec_eval9").pins()
     assert ScoringOptions(ties="trec_eval10").pins()["ties"] == "trec_eval10"
+
+
+def test_loaded_golden_set_shares_fields_sets_and_dumps_as_built(tmp_path):
+    import json as _json
+
+    from ragassay.corpus import load_corpus
+    from ragassay.corpus.loader import bundled_corpus_dir
+    from ragassay.golden import bundled_golden_source, load_golden
+    from ragassay.golden.builder import build_golden
+
+    built = build_golden(bundled_golden_source(), load_corpus(bundled_corpus_dir()), tmp_path / "g")
+    loaded = load_golden(tmp_path / "g")
+    assert [q.model_dump() for q in loaded.queries] == [q.model_dump() for q in built.queries]
+    assert [q.model_fields_set for q in loaded.queries] == [q.model_fields_set for q in built.queries]
+    written = [_json.loads(x) for x in (tmp_path / "g" / "golden.jsonl").read_text().splitlines() if x.strip()]
+    assert [q.model_dump(mode="json", exclude_unset=True) for q in loaded.queries] == written
+    # one set object per distinct set of given fields, not one per model
+    sets = {id(m.__pydantic_fields_set__) for q in loaded.queries for m in (q, *q.evidence, *q.nuggets)}
+    assert len(sets) == len({frozenset(m.model_fields_set) for q in loaded.queries
+                             for m in (q, *q.evidence, *q.nuggets)})
+    copy = loaded.queries[0].model_copy(update={"stratum": "other"})
+    assert copy.__pydantic_fields_set__ is not loaded.queries[0].__pydantic_fields_set__
+    assert loaded.queries[0].stratum != "other"
