@@ -6,7 +6,7 @@ The names below load their module on first use (PEP 562), so importing a light s
 
 from __future__ import annotations
 
-import importlib
+from ragassay._lazy import lazy_exports
 
 _WHERE = {
     "GradeMatrix": "matrix",
@@ -27,13 +27,4 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module 'ragassay.metrics' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"ragassay.metrics.{_WHERE[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

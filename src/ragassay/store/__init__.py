@@ -5,8 +5,7 @@ Names are imported on first use (PEP 562): ``ragassay.store.ulid`` and the schem
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ragassay._lazy import lazy_exports
 
 _EXPORTS = {
     "DEFAULT_PATH": "db", "RunRecord": "db", "Store": "db", "WideResults": "db", "config_digest": "db",
@@ -17,14 +16,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
