@@ -261,3 +261,21 @@ def test_reference_pipeline_runs_pass_validation_and_record_what_they_measured(b
         assert all(v is None for v in lat[batched])
         jf = st.results(per_query, metrics=["ndcg@final_k"]).to_pydict()["judged_fraction"]
         assert all(0 <= v <= 1 for v in jf) and 0 < np.mean(jf) < 0.5
+
+
+def test_document_offset_map_is_32_bit_and_maps_spans_as_the_64_bit_map():
+    import numpy as np
+
+    from ragassay.corpus.canonical import canonicalize_with_map
+    from ragassay.corpus.loader import Document
+
+    raw = "Caf\u0065\u0301  tables\r\n\r\n  rows \u200bhere\tand   there  \n"
+    doc = Document.from_raw("d", raw)
+    _, starts, ends = canonicalize_with_map(raw)
+    assert doc.raw_starts.dtype == np.int32 and doc.raw_ends.dtype == np.int32
+    assert np.array_equal(doc.raw_starts, starts) and np.array_equal(doc.raw_ends, ends)
+    n = len(doc.text)
+    want = [(int(starts[s]), int(ends[e - 1])) if s < e else ((int(starts[s]),) * 2 if s < n else (len(raw),) * 2)
+            for s in range(n + 1) for e in range(s, n + 1)]
+    got = [doc.raw_span(s, e) for s in range(n + 1) for e in range(s, n + 1)]
+    assert got == want and all(type(a) is int and type(b) is int for a, b in got)

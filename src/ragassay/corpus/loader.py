@@ -47,7 +47,9 @@ class Document:
     def from_raw(cls, doc_id: str, raw: str, *, fmt: str = "txt", path: str | None = None,
                  title: str | None = None) -> Document:
         text, starts, ends = canonicalize_with_map(raw)
-        return cls(doc_id, raw, text, starts.astype(np.int64), ends.astype(np.int64), fmt, path, title)
+        # the map is held for every document of the run: 32-bit offsets halve it, and raw_span returns ints
+        dtype = np.int32 if len(raw) < 2**31 else np.int64
+        return cls(doc_id, raw, text, starts.astype(dtype), ends.astype(dtype), fmt, path, title)
 
 
 class Corpus:
