@@ -1,4 +1,5 @@
-"""One real local Ray cluster (2 worker CPUs) for every Ray test in a module, shut down at module end."""
+"""One real local Ray cluster (2 worker CPUs) for every Ray test in the tests/scale package: one start-up, shut
+down after the last Ray test of the package."""
 
 import os
 
@@ -9,7 +10,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def ray_cluster():
     import ray
 

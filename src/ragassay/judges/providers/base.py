@@ -18,6 +18,10 @@ real SDK, returning a ``Response`` or raising ``ProviderError``). ``JudgeClient.
   plus a fixed overhead (a byte-level BPE token covers at least one byte) and output by ``max_tokens``, so
   the cap is not overshot. Once a call is refused, no new call starts; calls in flight finish and are
   recorded; the rest are returned as ``not_started`` and a later run with a higher cap resumes them.
+- **A shared limiter** (optional, ``limiter=``): clients on several machines that must share one provider
+  quota and one budget each ask a ``Limiter`` before a call (a concurrency slot plus a reservation of the
+  call's worst-case cost) and settle with it after (the slot freed, the reservation replaced by the real
+  cost). ``providers.ray_limiter`` is one backed by a Ray actor. Without a limiter nothing changes.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from ragassay.errors import InputError, RagassayError
 from ragassay.judges.protocol import (
@@ -266,6 +270,18 @@ def request_bytes(request: JudgeRequest) -> int:
     return size + len(json.dumps(request.verdict_type.json_schema()).encode("utf-8"))
 
 
+class Limiter(Protocol):
+    """A concurrency and spend budget shared by judge clients beyond one process.
+
+    ``acquire(estimate)`` waits for a free slot and reserves ``estimate`` USD; it returns a lease to pass to
+    ``release``, or a string saying why the call must not start (the shared spend cap). ``release(lease,
+    cost)`` frees the slot and replaces the reservation by the call's real cost."""
+
+    async def acquire(self, estimate: float) -> int | str: ...
+
+    async def release(self, lease: int, cost: float) -> None: ...
+
+
 # ---------------------------------------------------------------------------------------------- run result
 @dataclass
 class JudgeRun:
@@ -326,6 +342,7 @@ class JudgeClient:
         seed: int | None = None,
         mode: Literal["sync", "batch"] = "sync",
         batch: BatchPolicy | None = None,
+        limiter: Limiter | None = None,
     ):
         if sampling.model not in prices:
             raise InputError(
@@ -361,6 +378,10 @@ class JudgeClient:
         self.batch = batch or BatchPolicy()
         # Checked here, before any call: a batch run without batch prices could not keep its spend cap.
         self.batch_price = self.price.batch() if mode == "batch" else None
+        if limiter is not None and mode == "batch":
+            raise InputError("a shared limiter bounds direct calls; mode: batch submits one provider batch "
+                             "instead — use mode: sync with a limiter")
+        self.limiter = limiter
         self._rng = random.Random(seed)
 
     def __repr__(self) -> str:
@@ -451,11 +472,21 @@ class JudgeClient:
                     f"cost up to ${estimate:.4f})"
                 )
                 return None
+            lease = None
+            if self.limiter is not None:
+                lease = await self.limiter.acquire(estimate)
+                if isinstance(lease, str):
+                    state.stopped = state.stopped or lease
+                    return None
             state.reserved += estimate
+            judgement = None
             try:
                 judgement = await self._call(request, sha, state)
             finally:
                 state.reserved -= estimate
+                if lease is not None:
+                    # A call that raised is settled at its worst case: it may have been billed.
+                    await self.limiter.release(lease, estimate if judgement is None else judgement.record.cost)
             state.spent += judgement.record.cost
         state.write(judgement.record)
         return judgement
@@ -633,6 +664,7 @@ __all__ = [
     "JudgeClient",
     "JudgeRun",
     "JudgeStopped",
+    "Limiter",
     "Price",
     "ProviderError",
     "Response",
