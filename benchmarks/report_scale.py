@@ -156,15 +156,17 @@ def run_report(inputs: dict, out: Path, resamples: int) -> dict:
     # so earlier children (none here, but a caller's) cannot inflate it.
     probe = ("import json, resource, subprocess, sys, time; t = time.perf_counter(); "
              "p = subprocess.run(sys.argv[1:], capture_output=True, text=True); w = time.perf_counter() - t; "
+             "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
              "print(json.dumps({'rc': p.returncode, 'wall_s': w, 'out': p.stdout, 'err': p.stderr, "
-             "'peak_mb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))")
+             "'cpu_s': u.ru_utime + u.ru_stime, 'peak_mb': u.ru_maxrss / 1024}))")
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     res = json.loads(subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True,
                                     env=env, check=True).stdout)
     if res["rc"] != 0:
         raise SystemExit(f"ragassay report failed ({res['rc']}):\n{res['err']}")
     summary = json.loads(res["out"])
-    return {"wall_s": res["wall_s"], "peak_mb": res["peak_mb"], "html_bytes": Path(summary["report"]).stat().st_size,
+    return {"wall_s": res["wall_s"], "cpu_s": res["cpu_s"], "peak_mb": res["peak_mb"],
+            "html_bytes": Path(summary["report"]).stat().st_size,
             "parquet_bytes": Path(summary["parquet"]).stat().st_size, "report": summary["report"]}
 
 
@@ -200,10 +202,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
             results.append(r)
         if args.keep is None:
             shutil.rmtree(root)
-    print(f"{'queries':>9} {'build s':>8} {'peak MB':>8} {'HTML MB':>8} {'parquet MB':>10} {'load ms':>8} "
-          f"{'sort ms':>8}")
+    print(f"{'queries':>9} {'build s':>8} {'CPU s':>6} {'peak MB':>8} {'HTML MB':>8} {'parquet MB':>10} "
+          f"{'load ms':>8} {'sort ms':>8}")
     for r in results:
-        print(f"{r['n_queries']:>9,} {r['wall_s']:>8.1f} {r['peak_mb']:>8.0f} {r['html_bytes'] / 1e6:>8.1f} "
+        print(f"{r['n_queries']:>9,} {r['wall_s']:>8.1f} {r['cpu_s']:>6.1f} {r['peak_mb']:>8.0f} "
+              f"{r['html_bytes'] / 1e6:>8.1f} "
               f"{r['parquet_bytes'] / 1e6:>10.1f} {r.get('load_ms', float('nan')):>8.0f} "
               f"{r.get('sort_ms', float('nan')):>8.0f}")
     print("targets at 100,000 queries: <= 15 s, <= 1,536 MB, <= 30 MB HTML; load <= 3,000 ms, sort <= 300 ms")

@@ -43,6 +43,7 @@ MAX_EMBEDDED_VALUES = 1_000_000
 QUERY_COLUMNS = ("recall@final_k", "answer_f1", "ndcg@final_k", "recall@fusion_depth")
 OUTCOMES = ("answered", "abstained", "refused", "error")
 PARQUET_NAME = "queries.parquet"
+PARQUET_BATCH = 200_000
 # Report sections of the system analyses (docs/analyses.md). Their intervals use REPORT_RESAMPLES bootstrap
 # resamples (the page says so), fewer than `compare`'s default, to keep `ragassay report` quick; each analysis
 # at full precision is `ragassay analyze <kind>`.
@@ -641,21 +642,24 @@ def _rounded(v: np.ndarray) -> list:
 
 def write_queries_parquet(store, run_ids: list[str], path: str | Path) -> Path:
     """Every result row of the runs, long format (one row per run x query x trial x metric, with the
-    query's stratum and latency), written to ``path`` under a temporary name and moved into place."""
+    query's stratum and latency), written to ``path`` under a temporary name and moved into place.
+
+    Rows stream from DuckDB to the Parquet writer in batches of :data:`PARQUET_BATCH` rows, in the order
+    ``Store.results`` gives, so a run's 1.5 million rows never sit in memory at once."""
     import pyarrow.parquet as pq
 
     buf = io.BytesIO()
     writer = None
     for ref in run_ids:
         rec = store.get_run(ref)
-        res = store.results(rec.run_id)
-        res = res.select([c for c in ("query_id", "trial", "metric", "value", "stratum", "latency_ms")
-                          if c in res.column_names])
-        res = res.add_column(0, "run_name", pa.array([rec.name] * res.num_rows, pa.string()))
-        res = res.add_column(0, "run_id", pa.array([rec.run_id] * res.num_rows, pa.string()))
-        if writer is None:
-            writer = pq.ParquetWriter(buf, res.schema, compression="zstd")
-        writer.write_table(res.cast(writer.schema))
+        reader = store.connection.sql(
+            "SELECT $run_id AS run_id, $run_name AS run_name, query_id, trial, metric, value, stratum, latency_ms "
+            "FROM results WHERE run_id = $run_id ORDER BY query_id, trial, metric",
+            params={"run_id": rec.run_id, "run_name": rec.name}).to_arrow_reader(PARQUET_BATCH)
+        for batch in reader:
+            if writer is None:
+                writer = pq.ParquetWriter(buf, batch.schema, compression="zstd")
+            writer.write_batch(batch.cast(writer.schema))
     if writer is not None:
         writer.close()
     atomic_write_bytes(Path(path), buf.getvalue())
