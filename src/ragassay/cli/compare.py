@@ -115,6 +115,9 @@ def compare(
              "permutation (sign-flip) or t. The bootstrap still decides the verdicts; the spec (§17) warns that "
              "Wilcoxon has poor power on IR differences."),
     fmt: str = typer.Option("text", "--format", help="text (terminal tables) | markdown (a PR comment)."),
+    from_parquet: Path = typer.Option(
+        None, "--from-parquet", metavar="DIR",
+        help="Read the runs from a partitioned export (export --partitioned -o DIR) instead of --store."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Paired deltas per metric and stratum with bootstrap CIs, W/L/T, MDE, BH-adjusted p and claims.
@@ -126,7 +129,13 @@ def compare(
         raise InputError(f"--format {fmt!r}: use text or markdown (or --json)")
     effect = parse_min_effect(min_effect)
     wanted = [canonical_name(m) for m in metric] if metric else None
-    with Store.open(store, read_only=True) as st, progress(enabled=not json_out and fmt == "text") as bar:
+    if from_parquet is not None:
+        from ragassay.store.parquet import ParquetResults
+
+        source = ParquetResults.open(from_parquet)
+    else:
+        source = Store.open(store, read_only=True)
+    with source as st, progress(enabled=not json_out and fmt == "text") as bar:
         bar.add_task(f"{resamples:,} paired resamples", total=None)
         comp = compare_runs(st, run_a, run_b, metrics=wanted, min_effect=effect,
                             n_resamples=resamples, seed=seed, rebaseline=rebaseline, strata=not overall_only)

@@ -303,11 +303,15 @@ def export(
     out: Path = typer.Option(..., "-o", "--out", help="Directory for runs/results/query_status .parquet files."),
     run_ids: list[str] = typer.Argument(None, help="Runs to export (default: all)."),
     store: Path = STORE_OPT,
+    partitioned: bool = typer.Option(
+        False, "--partitioned",
+        help="Write a dataset partitioned by run (<table>/run_id=<id>/part-0.parquet, plus runs.parquet) that "
+             "DuckDB, pyarrow and Polars read directly and compare --from-parquet reads without importing."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Export the store's tables (all runs, or the given ones) to Parquet."""
     with Store.open(store, read_only=True) as st:
-        paths = st.export_parquet(out, run_ids or None)
+        paths = st.export_parquet(out, run_ids or None, partitioned=partitioned)
     if json_out:
         print_json({k: str(v) for k, v in paths.items()})
         return

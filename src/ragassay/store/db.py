@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
@@ -765,10 +766,18 @@ class Store:
         return out
 
     # ------------------------------------------------------------------ export
-    def export_parquet(self, out_dir: str | Path, run_ids: Sequence[str] | None = None) -> dict[str, Path]:
+    def export_parquet(self, out_dir: str | Path, run_ids: Sequence[str] | None = None, *,
+                       partitioned: bool = False) -> dict[str, Path]:
         """Write ``runs``, ``results``, ``query_status`` and ``judge_calls`` (all runs, or the given run refs) as
         Parquet files ``<table>.parquet`` in ``out_dir``, sorted by key; return {table: path}. ``judge_calls`` is
         left out only for a store written before that table existed, opened read-only.
+
+        ``partitioned=True`` writes a dataset partitioned by run instead: ``runs.parquet`` and, for each other
+        table, ``<table>/run_id=<id>/part-0.parquet`` (Hive layout: ``run_id`` is in the path, not in the
+        file), which DuckDB (``hive_partitioning``), pyarrow.dataset and Polars read directly and
+        ``store.parquet.ParquetResults`` compares without importing; {table: path} then names the table's
+        folder. The dataset holds exactly the exported runs: partitions an earlier export left for other runs
+        are removed after the new ones are in place.
 
         ``out_dir`` must be new, empty or an earlier export (recognised by its ``.ragassay-export`` marker);
         anything else — a file, a folder of the user's — is refused with an ``InputError`` before a byte is
@@ -794,11 +803,37 @@ class Store:
             order["judge_calls"] = "run_id, query_id, trial, item, judge, request_sha"
         fsio.make_dir(out)
         fsio.mark_output_dir(out, EXPORT_KIND)
+        if partitioned:
+            return self._export_partitioned(out, where, order)
         paths = {}
         for table, key in order.items():
             target = out / f"{table}.parquet"
             _export_table(self._con, f"SELECT * FROM {table} {where} ORDER BY {key}", target)
             paths[table] = target
+        return paths
+
+
+    def _export_partitioned(self, out: Path, where: str, order: Mapping[str, str]) -> dict[str, Path]:
+        ids = [r[0] for r in self._con.execute(f"SELECT run_id FROM runs {where} ORDER BY run_id").fetchall()]
+        paths = {"runs": out / "runs.parquet"}
+        _export_table(self._con, f"SELECT * FROM runs {where} ORDER BY run_id", paths["runs"])
+        for table, key in order.items():
+            if table == "runs":
+                continue
+            folder = fsio.make_dir(out / table)
+            # One file per run (not DuckDB's PARTITION_BY) so each file is replaced atomically and a run with
+            # no rows still has a partition carrying the table's schema.
+            for run_id in ids:
+                part = fsio.make_dir(folder / f"run_id={run_id}")
+                _export_table(self._con, f"SELECT * EXCLUDE (run_id) FROM {table} WHERE run_id = "
+                              f"{_quote_literal(run_id)} ORDER BY {key}", part / "part-0.parquet")
+            # A flat file of an earlier export into this folder would be read as a second copy of the table.
+            (out / f"{table}.parquet").unlink(missing_ok=True)
+            keep = {f"run_id={i}" for i in ids}
+            for stale in folder.glob("run_id=*"):
+                if stale.name not in keep and stale.is_dir():
+                    shutil.rmtree(stale)
+            paths[table] = folder
         return paths
 
 
