@@ -141,8 +141,9 @@ def _paths(root: Path, n: int) -> dict:
     return {"corpus": root / "corpus", "golden": root / f"golden{n}", "traces": root / f"traces{n}.jsonl"}
 
 
-def _run(cmd: list[str]) -> tuple[float, float, str]:
-    """Wall seconds, peak RSS (MB, from os.wait4: this child alone) and stdout of one process."""
+def _run(cmd: list[str]) -> tuple[float, float, str, float]:
+    """Wall seconds, peak RSS (MB), stdout and CPU seconds (user + system) of one process, from os.wait4 (this
+    child alone). CPU time is the steadier figure on a shared machine, where other jobs stretch wall time."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
@@ -152,7 +153,7 @@ def _run(cmd: list[str]) -> tuple[float, float, str]:
     wall = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status):
         raise SystemExit(f"{' '.join(cmd[:3])} failed:\n{err.decode()[-2000:]}")
-    return wall, usage.ru_maxrss / 1024, out.decode()
+    return wall, usage.ru_maxrss / 1024, out.decode(), usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -186,18 +187,21 @@ def main() -> None:
                 store.unlink()
                 peer = _run([sys.executable, str(script), str(paths["golden"] / "golden.jsonl"),
                              str(paths["traces"])])
-                rows.append((ours[0], ours[1], peer[0], peer[1]))
-                print(f"{n:>7} traces ({mb:.0f} MB) run {r + 1}: ragassay {ours[0]:.2f} s {ours[1]:.0f} MB | "
-                      f"orjson script {peer[0]:.2f} s {peer[1]:.0f} MB | ratio {ours[0] / peer[0]:.2f}", flush=True)
+                rows.append((ours[0], ours[1], peer[0], peer[1], ours[3], peer[3]))
+                print(f"{n:>7} traces ({mb:.0f} MB) run {r + 1}: ragassay {ours[0]:.2f} s (cpu {ours[3]:.2f}) "
+                      f"{ours[1]:.0f} MB | orjson script {peer[0]:.2f} s (cpu {peer[3]:.2f}) {peer[1]:.0f} MB | "
+                      f"ratio {ours[0] / peer[0]:.2f} (cpu {ours[3] / peer[3]:.2f})", flush=True)
             results[n] = rows
-        print("\n| traces | JSONL MB | ragassay s (min/median) | peak MB | orjson script s | ratio (medians) |")
-        print("|---:|---:|---:|---:|---:|---:|")
+        print("\n| traces | JSONL MB | ragassay s (min/median) | peak MB | orjson script s | ratio (medians) "
+              "| cpu ratio (medians) |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
         for n, rows in results.items():
             ours = sorted(r[0] for r in rows)
             peer = sorted(r[2] for r in rows)
             med = len(rows) // 2
+            cpu = sorted(r[4] / r[5] for r in rows)[med]
             print(f"| {n:,} | {(root / f'traces{n}.jsonl').stat().st_size / 1e6:.0f} | {ours[0]:.2f} / {ours[med]:.2f} | "
-                  f"{max(r[1] for r in rows):.0f} | {peer[med]:.2f} | {ours[med] / peer[med]:.2f} |")
+                  f"{max(r[1] for r in rows):.0f} | {peer[med]:.2f} | {ours[med] / peer[med]:.2f} | {cpu:.2f} |")
         if len(results) >= 2:
             a, b = sorted(results)[:2]
             ma = sorted(r[0] for r in results[a])[len(results[a]) // 2]
