@@ -86,7 +86,7 @@ def test_demo_writes_store_traces_report_and_gates(demo):
     assert 1 <= len(att["top_queries"]) <= 6 and att["calls"] > 0
     assert all(q["items"] and all("loo_delta" in it for it in q["items"]) for q in att["top_queries"])
     page = demo.report.read_text(encoding="utf-8")
-    for anchor in ("oracle", "decomposition", "attribution", "slices", "latency-stages"):
+    for anchor in ("oracle", "decomposition", "attribution", "slices", "latency-stages", "judge-validation"):
         assert f'<section id="{anchor}"' in page, anchor
 
 

@@ -51,6 +51,10 @@ def report(
                                   help="Add the analysis sections (delivery/use, oracle ladder, slices, stage "
                                        "latency, consistency)."),
     rebaseline: bool = typer.Option(False, "--rebaseline", help="Compare runs despite differing pins."),
+    include: list[Path] = typer.Option(
+        None, "--include",
+        help="A saved --json output of index-eval, embed-check or corpus check to add as a section "
+             "(repeatable; the kind is read from the file's keys, see docs/report.md)."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Pins and manifest, stage and stratum tables, forest plot of paired deltas, recall-at-depth curves,
@@ -72,6 +76,10 @@ def report(
 
     if (corpus is None) != (golden is None):
         raise InputError("pass --golden and --corpus together (the golden set is resolved against its corpus)")
+    from ragassay.report.include import load_include
+
+    # read before the runs are pivoted: a bad file fails in milliseconds, not after the comparisons
+    included = [load_include(p) for p in include or []]
     with Store.open(store, read_only=True) as opened:
         # one pivot of each run's rows serves the comparisons and every section
         st = read_cached(opened)
@@ -87,6 +95,8 @@ def report(
                                  requested_resamples=resamples)
         # The page first: a folder holding only a Parquet file would not be recognised as a report next time.
         data["parquet"] = PARQUET_NAME
+        if included:
+            data["includes"] = included
         path = render_report(data, out)
         warnings = data.get("warnings", [])
         del data  # the page is written: its data need not share memory with the rows the Parquet file reads

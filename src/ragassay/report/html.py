@@ -25,7 +25,7 @@ from markupsafe import Markup
 
 from ragassay import fsio
 from ragassay.errors import SchemaError
-from ragassay.report import analyses, fmt, svg
+from ragassay.report import analyses, fmt, include, svg
 
 PIN_ORDER = (
     "dataset_version",
@@ -203,6 +203,8 @@ def build_context(data: Mapping) -> dict:
         "consistency": analyses.consistency_view(data["consistency"]) if "consistency" in data else None,
         "attribution": analyses.attribution_view(data["attribution"]) if "attribution" in data else None,
         "ablation": analyses.ablation_view(data["ablation"]) if "ablation" in data else None,
+        "judge_validation": analyses.judge_validation_view(data["judge_validation"])
+        if data.get("judge_validation") else None,
         "analysis_resamples": (f"{int(data['analysis_resamples']):,}"
                                + (f", {data['analysis_resamples_note']}" if data.get("analysis_resamples_note") else ""))
         if fmt.is_number(data.get("analysis_resamples")) else None,
@@ -242,6 +244,7 @@ def build_context(data: Mapping) -> dict:
             ("consistency", "Consistency", "consistency"),
             ("attribution", "Attribution", "attribution"),
             ("ablation", "Ablation", "ablation"),
+            ("judge-validation", "Judge validation", "judge_validation"),
             ("runs", "Runs & pins", "runs"),
             ("manifest", "Golden set", "manifest"),
             ("worst", "Worst regressions", "worst"),
@@ -249,6 +252,11 @@ def build_context(data: Mapping) -> dict:
         )
         if ctx.get(key)
     ]
+    ctx["includes"] = [include.section_view(sec, i)
+                       for i, sec in enumerate(_list(data.get("includes", []), "includes"))]
+    # included sections sit before the run tables, after the analyses of the runs themselves
+    at = next((i for i, (anchor, _) in enumerate(ctx["nav"]) if anchor == "runs"), len(ctx["nav"]))
+    ctx["nav"][at:at] = [(s["anchor"], s["title"]) for s in ctx["includes"]]
     return ctx
 
 

@@ -1,0 +1,130 @@
+"""`ragassay report --include FILE.json`: the real commands' saved --json outputs become sections of the page."""
+
+from __future__ import annotations
+
+import contextlib
+import html as htmllib
+import io
+import json
+import re
+
+import pytest
+from report_fixtures import PWN_IMG, PWN_SCRIPT, make_data, start_tags
+
+from ragassay.analysis.demo import demo_config_dir
+from ragassay.cli.app import main as _main
+from ragassay.errors import InputError
+from ragassay.report import render_report
+from ragassay.report.include import load_include
+
+
+def cli(args, capsys):
+    with pytest.raises(SystemExit) as e:
+        _main(args)
+    captured = capsys.readouterr()
+    return (e.value.code or 0), captured.out, captured.err
+
+
+def section(page: str, anchor: str) -> str:
+    m = re.search(rf'<section id="{anchor}".*?</section>', page, re.S)
+    assert m, anchor
+    return m.group(0)
+
+
+def cells(sec: str) -> list[str]:
+    return [htmllib.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", sec, re.S)]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """One real run in a store, and the real --json outputs of index-eval and corpus check."""
+    root = tmp_path_factory.mktemp("include")
+    files = {}
+
+    # capsys is function-scoped: a module fixture captures by redirecting stdout
+    def run(args):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf), pytest.raises(SystemExit) as e:
+            _main(args)
+        assert (e.value.code or 0) == 0, buf.getvalue()
+        return buf.getvalue()
+
+    db = str(root / "r.duckdb")
+    run(["run", str(demo_config_dir() / "bm25.yaml"), "--store", db, "--traces-dir", str(root / "traces"), "--json"])
+    files["index-eval"] = root / "ie.json"
+    files["index-eval"].write_text(run(["index-eval", "--synthetic", "300", "--dim", "16", "--values", "8,16",
+                                        "--n-queries", "20", "--concurrency", "1", "--selectivity", "0.1",
+                                        "--no-pareto", "--json"]))
+    files["corpus check"] = root / "cc.json"
+    files["corpus check"].write_text(run(["corpus", "check", "--spans", "5", "--json"]))
+    return root, db, files
+
+
+def test_included_sections_show_the_commands_numbers(saved, capsys):
+    root, db, files = saved
+    code, out, _ = cli(["report", "bm25", "--store", db, "-o", str(root / "rep"), "--no-analyses",
+                        "--include", str(files["index-eval"]), "--include", str(files["corpus check"]),
+                        "--json"], capsys)
+    assert code == 0, out
+    page = (root / "rep" / "index.html").read_text(encoding="utf-8")
+    ie = json.loads(files["index-eval"].read_text())
+    cc = json.loads(files["corpus check"].read_text())
+
+    s1 = section(page, "include-1")
+    assert 'data-kind="index-eval"' in s1 and "ANN recall@10 vs efSearch (hnsw)" in s1
+    got = cells(s1)
+    # each curve point's recall, with three decimals, as the command measured it
+    for p in ie["curve"]["points"]:
+        assert str(p["value"]) in got and f"{p['recall']:.3f}" in got
+    assert f"{ie['build']['bytes_per_vector']:.3f}" in got and str(ie["build"]["index_bytes"]) in got
+    assert f"{ie['churn']['recall_after_churn']:.3f}" in got
+
+    s2 = section(page, "include-2")
+    assert 'data-kind="corpus check"' in s2
+    got = cells(s2)
+    assert [str(cc["n_docs"]), str(cc["n_spans_checked"])] == got[1:3] and got[0] == "yes"
+    assert cc["n_spans_checked"] == 5 * cc["n_docs"]
+    for cls, r in cc["token_drift_by_class"].items():
+        i = got.index(cls)
+        assert got[i + 1:i + 3] == [str(r["n_docs"]), f"{r['median']:.3f}"]
+    # both reach the navigation, in page order before the run tables
+    nav = re.search(r"<nav.*?</nav>", page, re.S).group(0)
+    assert nav.index("#include-1") < nav.index("#include-2") < nav.index("#runs")
+
+
+def test_undefined_renders_as_undefined_and_hostile_text_stays_inert(saved, tmp_path):
+    _, _, files = saved
+    ie = json.loads(files["index-eval"].read_text())
+    ie["source"] = PWN_SCRIPT
+    ie["curve"]["points"][0]["recall"] = None  # no defined recall: "undefined", never 0
+    ie["curve"]["kind"] = PWN_IMG
+    f = tmp_path / "hostile.json"
+    f.write_text(json.dumps(ie))
+    data = make_data()
+    data["includes"] = [load_include(f)]
+    page = render_report(data, tmp_path / "out").read_text(encoding="utf-8")
+    sec = section(page, "include-1")
+    assert PWN_SCRIPT not in page and PWN_IMG not in page
+    # shown as text: the heading reads the payload back once unescaped
+    assert htmllib.unescape(re.search(r"<h2>(.*?)</h2>", sec).group(1)) == f"Index evaluation: {PWN_SCRIPT}"
+    assert not [t for t, a in start_tags(page) if t == "img" or any(k.startswith("on") for k in a)]
+    assert '<td class="num undefined">undefined</td>' in sec
+
+
+@pytest.mark.parametrize("text, says", [
+    ("{not json", "not JSON"),
+    ("[1, 2]", "the top level is a list"),
+    ('{"hello": 1}', "not a recognized --json output"),
+    ('{"curve": 3, "operating_knob": 8}', "looks like index-eval output but is malformed"),
+])
+def test_bad_include_file_is_a_clean_error(tmp_path, capsys, text, says):
+    f = tmp_path / "bad.json"
+    f.write_text(text)
+    with pytest.raises(InputError, match=re.escape(says)) as e:
+        load_include(f)
+    assert str(e.value).startswith(f"{f}: ")
+    # through the CLI: `error: FILE: ...`, exit 2, before any store is opened
+    code, _, err = cli(["report", "x", "--store", str(tmp_path / "none.duckdb"), "-o", str(tmp_path / "o"),
+                        "--include", str(f)], capsys)
+    assert code == 2 and err.startswith("error: ") and says in err.replace("\n", " ")
+    assert not (tmp_path / "o").exists()
