@@ -128,3 +128,106 @@ def test_bad_include_file_is_a_clean_error(tmp_path, capsys, text, says):
                         "--include", str(f)], capsys)
     assert code == 2 and err.startswith("error: ") and says in err.replace("\n", " ")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.fixture(scope="module")
+def stage_outputs(tmp_path_factory):
+    """The real --json outputs of parse, chunks, a 2-config sweep, analyze attacks/hygiene and judge validate."""
+    root = tmp_path_factory.mktemp("include-more")
+
+    def save(name, args):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf), pytest.raises(SystemExit) as e:
+            _main([*args, "--json"])
+        assert (e.value.code or 0) == 0, buf.getvalue()
+        (root / f"{name}.json").write_text(buf.getvalue())
+        return root / f"{name}.json"
+
+    sweep_yaml = root / "mini.yaml"
+    sweep_yaml.write_text("name: mini\nbase: bm25\nbaseline: recursive-256\nbudget_tokens: 1024\nfixed_k: 5\n"
+                          "configs:\n  - {name: fixed-256, chunker: {kind: fixed, size: 256}}\n"
+                          "  - {name: recursive-256, chunker: {kind: recursive, size: 256}}\n")
+    judge_yaml = root / "judge.yaml"
+    judge_yaml.write_text("provider: local\nmodel: lexical\nmetrics: [faithfulness]\n")
+    db = str(root / "s.duckdb")
+    return root, db, {
+        "parse": save("parse", ["parse"]),
+        "chunks": save("chunks", ["chunks", "--kind", "fixed", "--size", "64", "--size", "128"]),
+        "sweep": save("sweep", ["sweep", str(sweep_yaml), "--store", db, "--workdir", str(root / "sw"),
+                                "--resamples", "100"]),
+        "analyze attacks": save("attacks", ["analyze", "attacks", "--limit", "1"]),
+        "analyze hygiene": save("hygiene", ["analyze", "hygiene", "--store", db]),
+        "judge validate": save("jv", ["judge", "validate", "--judge", str(judge_yaml), "--store", db,
+                                      "--resamples", "200"]),
+    }
+
+
+def _f3(v):
+    return f"{v:.3f}"
+
+
+def _expected(kind, d):
+    """Numbers each command printed that its section must show, as the page formats them."""
+    if kind == "parse":
+        return [str(sum(r["n_lost"] for r in p["by_stratum"] if r["group"] != "all")) for p in d["parsers"]] + [
+            _f3(r["exact_or_fuzzy"]) for p in d["parsers"] for r in p["by_stratum"] + p["by_format"]]
+    if kind == "chunks":
+        return [str(c["n_chunks"]) for c in d["cards"]] + [_f3(c["precision_omega_mean"]) for c in d["cards"]]
+    if kind == "sweep":
+        return ([_f3(r["token_recall@budget"]["mean"]) for r in d["cost_quality"]]
+                + [_f3(c["delta"]) for c in d["comparison"]] + [c["sweep_verdict"] for c in d["comparison"]])
+    if kind == "analyze attacks":
+        return ([_f3(r["rate"]) for r in d["rates"]] + [_f3(r["ci_high"]) for r in d["rates"]]
+                + [a["query_id"] for a in d["attempts"] if a["success"]])
+    if kind == "analyze hygiene":
+        return ([str(v["n_flagged"]) for v in d["overlap"].values()]
+                + [str(d["exclusions"]["retained"]), str(d["exclusions"]["n_items"])])
+    f = d["figures"]
+    return ([_f3(d["kappa"]), _f3(d["agreement"]), _f3(d["kappa_low"]), _f3(d["kappa_high"])]
+            + [str(x) for row in f["confusion"] for x in row]
+            + [_f3(c["recall"]["value"]) for c in f["per_class"]])
+
+
+KINDS_RUN = ["parse", "chunks", "sweep", "analyze attacks", "analyze hygiene", "judge validate"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS_RUN)
+def test_each_command_output_is_detected_and_its_numbers_reach_the_page(stage_outputs, kind, tmp_path):
+    _, _, files = stage_outputs
+    d = json.loads(files[kind].read_text())
+    sec = load_include(files[kind])
+    assert sec["kind"] == kind
+    data = make_data()
+    data["includes"] = [sec]
+    page = render_report(data, tmp_path / "out").read_text(encoding="utf-8")
+    s = section(page, "include-1")
+    assert f'data-kind="{kind}"' in s
+    got = cells(s)
+    missing = [v for v in _expected(kind, d) if v not in got]
+    assert not missing, missing
+
+
+@pytest.mark.slow
+def test_the_judge_validation_confusion_matrix_keeps_its_layout(stage_outputs, tmp_path):
+    _, _, files = stage_outputs
+    d = json.loads(files["judge validate"].read_text())
+    sec = load_include(files["judge validate"])
+    conf = next(t for t in sec["tables"] if t["title"].startswith("Confusion matrix"))
+    # rows are the human label, columns the judge's, as the command counted them
+    assert conf["columns"] == ["human", *d["figures"]["classes"]]
+    assert conf["rows"] == [[c, *r] for c, r in zip(d["figures"]["classes"], d["figures"]["confusion"], strict=True)]
+    assert sum(sum(r) for r in d["figures"]["confusion"]) == d["n"]
+
+
+@pytest.mark.slow
+def test_all_kinds_through_the_report_command(stage_outputs, capsys):
+    root, db, files = stage_outputs
+    args = ["report", "mini/recursive-256", "--store", db, "-o", str(root / "rep"), "--no-analyses", "--json"]
+    for k in KINDS_RUN:
+        args += ["--include", str(files[k])]
+    code, out, _ = cli(args, capsys)
+    assert code == 0, out
+    page = (root / "rep" / "index.html").read_text(encoding="utf-8")
+    for i, k in enumerate(KINDS_RUN):
+        assert f'data-kind="{k}"' in section(page, f"include-{i + 1}")

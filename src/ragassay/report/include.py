@@ -5,7 +5,13 @@ match wins (docs/report.md):
 
 - ``index-eval``: has ``curve`` and ``operating_knob``;
 - ``embed-check``: has any of ``gap``, ``top1``, ``duplicates``, ``truncation``, ``drift`` (and no ``curve``);
-- ``corpus check``: has ``n_spans_checked`` and ``token_drift_by_class``.
+- ``corpus check``: has ``n_spans_checked`` and ``token_drift_by_class``;
+- ``parse``: has ``parsers``;
+- ``chunks``: has ``cards``;
+- ``sweep``: has ``cost_quality``, ``comparison`` and ``budget_tokens``;
+- ``analyze attacks``: has ``rates``, ``attempts`` and ``rubric``;
+- ``analyze hygiene``: ``kind`` is ``"hygiene"``;
+- ``judge validate``: has ``judge_model``, ``figures`` and ``kappa``.
 
 Every kind becomes the generic ``{"title", "tables": [{"title", "columns", "rows"}], "notes"}`` section (through
 the owning module's ``*_report_section`` function, with an adapter where that function has another shape), and
@@ -21,6 +27,8 @@ from pathlib import Path
 from ragassay.errors import InputError
 from ragassay.report import fmt
 
+_KNOWN = ("index-eval, embed-check, corpus check, parse, chunks, sweep, analyze attacks, analyze hygiene or "
+          "judge validate")
 _EMBED_KEYS = ("gap", "top1", "duplicates", "truncation", "drift")
 
 
@@ -63,10 +71,140 @@ def _corpus_check(d: Mapping) -> dict:
     return {"title": "Corpus check", "tables": tables, "notes": []}
 
 
+def _cell(v: object) -> object:
+    """Scalars stay as they are (the view formats numbers); anything nested is shown as compact text."""
+    return v if v is None or isinstance(v, str | bool | int | float) else fmt.value_text(v)
+
+
+def _records(title: str, rows: list, columns: list[str] | None = None) -> dict:
+    """One table from a list of flat records; columns default to the union of keys in first-seen order."""
+    rows = [r for r in rows if isinstance(r, Mapping)]
+    cols = columns or list(dict.fromkeys(k for r in rows for k in r))
+    return {"title": title, "columns": cols, "rows": [[_cell(r.get(c)) for c in cols] for r in rows]}
+
+
+def _parse(d: Mapping) -> dict:
+    from ragassay.analysis.sweep import stages_report_section
+
+    surv = stages_report_section(survival=list(d["parsers"]))["survival"]
+    cols = ["group", "n", "exact", "exact_or_fuzzy", "lost", "n_lost"]
+    tables = [{"title": "Span survival per parser", "columns": ["parser", "spans lost"],
+               "rows": [[s["parser"], s["n_lost"]] for s in surv]}]
+    for s in surv:
+        tables.append(_records(f"{s['parser']}: survival by stratum", s["by_stratum"], cols))
+        tables.append(_records(f"{s['parser']}: survival by format", s["by_format"], cols))
+    return {"title": "Parser span survival", "tables": tables, "notes": []}
+
+
+def _chunks(d: Mapping) -> dict:
+    from ragassay.analysis.sweep import stages_report_section
+
+    cards = stages_report_section(chunk_cards=list(d["cards"]))["chunk_cards"]
+    return {"title": "Chunking report cards", "tables": [_records("Chunking report card per kind x size", cards)],
+            "notes": []}
+
+
+def _mean(v: object) -> object:
+    return v.get("mean") if isinstance(v, Mapping) else v
+
+
+def _sweep(d: Mapping) -> dict:
+    from ragassay.analysis.sweep import stages_report_section
+
+    sw = stages_report_section(sweep=dict(d))["sweep"]
+    cq = sw["cost_quality"]
+    # the per-config means; the card and run ids stay in the saved file
+    metrics = list(dict.fromkeys(k for r in cq for k, v in r.items() if isinstance(v, Mapping) and "mean" in v))
+    cost = ["k_used_mean", "tokens_used_mean", "run_ms", "index_build_ms"]
+    cq_table = {"title": f"Cost and quality at {sw['budget_tokens']} tokens (and k={sw['fixed_k']})",
+                "columns": ["config", *cost, *metrics],
+                "rows": [[r.get("config"), *(_cell(r.get(c)) for c in cost), *(_mean(r.get(m)) for m in metrics)]
+                         for r in cq]}
+    cmp_cols = ["config", "metric", "stratum", "n", "mean_a", "mean_b", "delta", "ci_low", "ci_high", "p_adj_sweep",
+                "sweep_verdict"]
+    return {"title": f"Sweep: {sw['name']}", "tables": [cq_table, _records(
+        f"Paired comparison against {sw['baseline']}", sw["comparison"], cmp_cols)],
+        "notes": [f"baseline: {sw['baseline']}"]}
+
+
+def _attacks(d: Mapping) -> dict:
+    from ragassay.analysis.attacks import AttackSuiteResult, Attempt, ClassRate, attacks_report_section
+
+    res = AttackSuiteResult(attempts=tuple(Attempt(**a) for a in d["attempts"]),
+                            rates=tuple(ClassRate(**r) for r in d["rates"]),
+                            confidence=float(d["confidence"]), config=str(d.get("config", "")))
+    sec = attacks_report_section(res)
+    return {"title": f"Planted-injection attacks: {sec['config']}".rstrip(": "),
+            "tables": [_records(f"Attack success rate ({sec['confidence']:.0%} exact interval)", sec["rates"]),
+                       _records("Successful attempts", sec["successes"])],
+            "notes": [f"success: {sec['rubric']}"]}
+
+
+def _hygiene(d: Mapping) -> dict:
+    # the saved file is hygiene_report_section's own output: only the layout is done here
+    tables = []
+    if d.get("overlap"):
+        tables.append({"title": "n-gram overlap", "columns": ["screen", "n", "items", "flagged", "empty",
+                                                               "flagged ids"],
+                       "rows": [[k, v.get("n"), v.get("n_items"), v.get("n_flagged"), v.get("n_empty"),
+                                 ", ".join(map(str, v.get("flagged_ids") or [])) or "none"]
+                                for k, v in d["overlap"].items()]})
+    if d.get("shortcut") is not None:
+        tables.append(_records("Keyword-baseline shortcut audit", d["shortcut"]))
+    if d.get("bypass") is not None:
+        tables.append(_records("Retrieval bypass", [d["bypass"]]))
+    ex = d.get("exclusions")
+    if ex:
+        tables.append({"title": "Exclusions", "columns": ["items", "excluded (union)", "union bounds", "retained",
+                                                        "retained bounds", "per set"],
+                       "rows": [[ex.get("n_items"), ex.get("union"), _cell(ex.get("union_bounds")), ex.get("retained"),
+                                 _cell(ex.get("retained_bounds")), _cell(ex.get("marginals"))]]})
+    if d.get("rescored") is not None:
+        tables.append(_records("Re-scored on the retained items", d["rescored"]))
+    return {"title": "Evaluation hygiene", "tables": tables, "notes": []}
+
+
+def _ci(v: object) -> list:
+    return [v.get("value"), v.get("ci_low"), v.get("ci_high")] if isinstance(v, Mapping) else [v, None, None]
+
+
+def _judge_validate(d: Mapping) -> dict:
+    from ragassay.judges.validate import validation_report_section
+
+    v = validation_report_section(dict(d))
+    tables = [
+        {"title": "Agreement with human labels", "columns": ["judge", "n", "figure", "value", "low", "high"],
+         "rows": [[v["judge_model"], v["n"], "kappa", *_ci(v["kappa"])],
+                  [v["judge_model"], v["n"], "agreement", *_ci(v["agreement"])],
+                  [v["judge_model"], v["n"], "min class recall", v["min_class_recall"], None, None]]},
+        {"title": "Per class", "columns": ["class", "support", "predicted", "precision", "recall", "f1"],
+         "rows": [[c.get("label"), c.get("support"), c.get("predicted"), _ci(c.get("precision"))[0],
+                   _ci(c.get("recall"))[0], _ci(c.get("f1"))[0]] for c in v["per_class"]]},
+        {"title": "Confusion matrix (rows: human, columns: judge)", "columns": ["human", *v["classes"]],
+         "rows": [[c, *row] for c, row in zip(v["classes"], v["confusion"], strict=True)]},
+    ]
+    rel = v["reliability"]
+    if rel["raw"]:
+        tables.append({"title": "Reliability (raw score)", "columns": ["mean score", "fraction positive", "count"],
+                       "rows": [[p["mean_score"], p["frac_positive"], p["count"]] for p in rel["raw"]]})
+    if v["cascade"]:
+        tables.append(_records("Cascade", [v["cascade"]]))
+    notes = [f"passes the kappa floor: {'yes' if v['passes_kappa'] else 'no'}"]
+    if d.get("floor_detail"):
+        notes.append(str(d["floor_detail"]))
+    return {"title": f"Judge validation: {v['judge_model']}", "tables": tables, "notes": notes}
+
+
 KINDS: tuple[tuple[str, Callable[[Mapping], bool], Callable[[Mapping], dict]], ...] = (
     ("index-eval", lambda d: "curve" in d and "operating_knob" in d, _index_eval),
     ("embed-check", lambda d: "curve" not in d and any(k in d for k in _EMBED_KEYS), _embed_check),
     ("corpus check", lambda d: "n_spans_checked" in d and "token_drift_by_class" in d, _corpus_check),
+    ("parse", lambda d: "parsers" in d, _parse),
+    ("chunks", lambda d: "cards" in d, _chunks),
+    ("sweep", lambda d: all(k in d for k in ("cost_quality", "comparison", "budget_tokens")), _sweep),
+    ("analyze attacks", lambda d: all(k in d for k in ("rates", "attempts", "rubric")), _attacks),
+    ("analyze hygiene", lambda d: d.get("kind") == "hygiene", _hygiene),
+    ("judge validate", lambda d: all(k in d for k in ("judge_model", "figures", "kappa")), _judge_validate),
 )
 
 
@@ -78,11 +216,11 @@ def load_include(path: str | Path) -> dict:
     except OSError as e:
         raise InputError(f"{path}: cannot read it ({e.strerror or e})\npass the file a command's --json wrote") from e
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f"{path}: not JSON ({e})\npass the saved --json output of index-eval, embed-check or "
-                         f"corpus check") from e
+        raise InputError(f"{path}: not JSON ({e})\npass the saved --json output of "
+                         f"{_KNOWN}") from e
     if not isinstance(d, dict):
         raise InputError(f"{path}: the top level is a {type(d).__name__}, not an object\npass the saved --json "
-                         f"output of index-eval, embed-check or corpus check")
+                         f"output of {_KNOWN}")
     for kind, matches, convert in KINDS:
         if matches(d):
             try:
@@ -93,7 +231,7 @@ def load_include(path: str | Path) -> dict:
             sec["kind"] = kind
             return sec
     raise InputError(f"{path}: not a recognized --json output (keys: {', '.join(sorted(d)[:8])})\n"
-                     f"--include takes the saved --json of index-eval, embed-check or corpus check")
+                     f"--include takes the saved --json of {_KNOWN}")
 
 
 def _fail(path: str, problem: str) -> InputError:
