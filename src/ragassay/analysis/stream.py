@@ -16,10 +16,7 @@ extras equal those of scoring the whole file at once (tested), including every p
 
 from __future__ import annotations
 
-import gc
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,6 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ragassay._gc import gc_paused
 from ragassay.analysis.scoring import (
     Labels,
     ScoringOptions,
@@ -352,7 +350,7 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
         spans.append(batch.span)
     # the loop allocates millions of short-lived acyclic objects; scans of the (large, long-lived) golden
     # set and corpus would free nothing and grow with the run
-    with _gc_paused():
+    with gc_paused():
         for batch in _chain(first, batches):
             _one_batch(batch)
     trial_ids = sorted(trials) or [0]
@@ -380,17 +378,6 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
                     "unknown_queries": sorted(unknown), "missing": len(missing), "problems": extra["problems"],
                     "unit_failures": n_fail, "unit_failure_examples": examples, "warnings": extra["warnings"],
                     "pin_mismatch": mismatch}
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _chain(first: TraceBatch | None, rest):

@@ -15,17 +15,16 @@ of grade >= 2 (empty for a query without such evidence), with no token budget ap
 
 from __future__ import annotations
 
-import gc
 import os
 import shutil
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from ragassay._gc import gc_paused
 from ragassay.errors import InputError
 from ragassay.fsio import make_temp_dir
 from ragassay.pipeline.analyzer import Analyzer, TermStats, weighted_coverage
@@ -57,23 +56,6 @@ class QueryLike(Protocol):
 
 def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000.0
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a batch builds its traces.
-
-    A batch allocates tens of thousands of small acyclic objects (units, their dicts); each allocation burst
-    triggers generation scans that cost about a third of a warm run and can free nothing. Reference
-    counting still frees everything as usual, and the collector's previous state is restored on exit.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class _BatchFailure(Exception):
@@ -463,7 +445,7 @@ class Pipeline:
         except Exception as exc:  # noqa: BLE001 - recorded on every trace of the batch, as run_query would
             batch_error = f"{type(exc).__name__}: {exc}"
         out = []
-        with _gc_paused():
+        with gc_paused():
             for q, trial in items:
                 j = where[q.question]
                 out.append(self._finish(q, trial, {b: v[j] for b, v in lists.items()}, fused[j] if fused else None,

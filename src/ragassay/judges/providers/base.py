@@ -27,6 +27,7 @@ real SDK, returning a ``Response`` or raising ``ProviderError``). ``JudgeClient.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import logging
@@ -235,6 +236,26 @@ class ProviderError(Exception):
     @property
     def fatal(self) -> bool:
         return self.status in FATAL_STATUS
+
+
+@contextlib.contextmanager
+def sdk_errors(sdk: Any, timeout: float) -> Iterator[None]:
+    """Turn an ``anthropic`` or ``openai`` SDK exception into ``ProviderError`` (status, retryable,
+    retry-after); both SDKs raise the same three classes."""
+    try:
+        yield
+    except sdk.APIStatusError as exc:
+        detail = getattr(exc, "api_message", None) or exc.message
+        raise ProviderError(
+            f"HTTP {exc.status_code}: {detail}"[:500],
+            status=exc.status_code,
+            retryable=exc.status_code in RETRYABLE_STATUS,
+            retry_after=retry_after_seconds(exc.response.headers),
+        ) from exc
+    except sdk.APITimeoutError as exc:
+        raise ProviderError(f"timed out after {timeout:g}s", retryable=True) from exc
+    except sdk.APIConnectionError as exc:
+        raise ProviderError(f"connection error: {exc.message}", retryable=True) from exc
 
 
 def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:

@@ -16,18 +16,15 @@ with the 24 h window, ``batches.retrieve`` until it ends, then the output and er
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from ragassay.errors import InputError
 from ragassay.judges.protocol import JudgeRequest
 from ragassay.judges.providers.base import (
-    RETRYABLE_STATUS,
     JudgeClient,
-    ProviderError,
     Response,
-    retry_after_seconds,
+    sdk_errors,
 )
 from ragassay.judges.providers.batch import BatchState
 
@@ -83,23 +80,9 @@ class OpenAIJudge(JudgeClient):
             body["reasoning_effort"] = self.sampling.effort
         return body
 
-    @contextmanager
-    def _classified(self, timeout: float) -> Iterator[None]:
-        """Turn the SDK's exceptions into ``ProviderError`` (status, retryable, retry-after)."""
-        sdk = self._sdk
-        try:
-            yield
-        except sdk.APIStatusError as exc:
-            raise ProviderError(
-                f"HTTP {exc.status_code}: {exc.message}"[:500],
-                status=exc.status_code,
-                retryable=exc.status_code in RETRYABLE_STATUS,
-                retry_after=retry_after_seconds(exc.response.headers),
-            ) from exc
-        except sdk.APITimeoutError as exc:
-            raise ProviderError(f"timed out after {timeout:g}s", retryable=True) from exc
-        except sdk.APIConnectionError as exc:
-            raise ProviderError(f"connection error: {exc.message}", retryable=True) from exc
+    def _classified(self, timeout: float):
+        """The SDK's exceptions as ``ProviderError`` (status, retryable, retry-after)."""
+        return sdk_errors(self._sdk, timeout)
 
     async def _send(self, request: JudgeRequest, timeout: float) -> Response:
         with self._classified(timeout):
