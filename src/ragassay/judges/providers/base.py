@@ -26,6 +26,7 @@ real SDK, returning a ``Response`` or raising ``ProviderError``). ``JudgeClient.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import email.utils
@@ -337,7 +338,7 @@ class JudgeRun:
 
 
 # ---------------------------------------------------------------------------------------------- the client
-class JudgeClient:
+class JudgeClient(abc.ABC):
     """Shared async judge client; subclasses speak one provider's SDK.
 
     ``api_key`` is held only in memory: it is never written to a record, the store, a log line or an error
@@ -409,15 +410,15 @@ class JudgeClient:
         return (f"{type(self).__name__}(model={self.sampling.model!r}, base_url={self.base_url!r}, "
                 f"mode={self.mode!r})")
 
-    # -- provider hooks
-    async def _open(self) -> None:
-        raise NotImplementedError
+    # -- provider hooks: each provider module implements these three
+    @abc.abstractmethod
+    async def _open(self) -> None: ...
 
-    async def _close(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def _close(self) -> None: ...
 
-    async def _send(self, request: JudgeRequest, timeout: float) -> Response:
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def _send(self, request: JudgeRequest, timeout: float) -> Response: ...
 
     # -- public
     def run(self, requests: Sequence[JudgeRequest]) -> JudgeRun:
