@@ -33,7 +33,7 @@ evidence span of the query (any grade, 0 included); NaN for an empty list.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -254,26 +254,12 @@ def score_traces(golden: GoldenSet, traces: Iterable[Trace], header: RunHeader |
     final_names = ["reranked" if rt is not None and rt.reranked is not None else "fused" for rt in row_traces]
     final = tap(final_lists, final_names) if has_rerank else fused
     if has_retrieval:
-        for k in opt.cutoffs:
-            emit(f"recall@{k}", final.recall_at(k, relevant_ev, n_rel))
-        ranked = ranking(final, [f"ndcg@{k}" for k in opt.cutoffs] + [f"precision@{k}" for k in opt.cutoffs]
-                         + [f"ndcg@{final_k}", f"rr@{final_k}", f"success@{final_k}"])
-        for k in opt.cutoffs:
-            emit(f"ndcg@{k}", ranked[f"ndcg@{k}"])
-        for k in opt.cutoffs:
-            emit(f"precision@{k}", ranked[f"precision@{k}"])
-        emit("recall@final_k", final.recall_at(final_k, relevant_ev, n_rel))
-        emit("ndcg@final_k", ranked[f"ndcg@{final_k}"])
-        emit("rr@final_k", ranked[f"rr@{final_k}"])
-        emit("success@final_k", ranked[f"success@{final_k}"])
+        ranked = ranking(final, ranking_metric_names(opt.cutoffs, final_k))
+        for name, values in final_list_rows(final, ranked, opt.cutoffs, final_k, relevant_ev, n_rel):
+            emit(name, values)
     if has_rerank:
-        pre = fused.recall_at(final_k, relevant_ev, n_rel)
-        post = final.recall_at(final_k, relevant_ev, n_rel)
-        defined = n_rel > 0
-        pre_hit, post_hit = pre > 0, post > 0
-        for name, mask in (("rerank_rescued", post_hit & ~pre_hit), ("rerank_broke", pre_hit & ~post_hit),
-                           ("rerank_kept", pre_hit & post_hit), ("rerank_missed_both", ~pre_hit & ~post_hit)):
-            emit(name, np.where(defined, mask.astype(np.float64), np.nan))
+        for name, values in rerank_rows(fused, final, final_k, relevant_ev, n_rel):
+            emit(name, values)
     if has_generation:
         silent = np.fromiter((rt is not None and rt.outcome != "error" and not any(u for _, u in rt.unit_lists())
                               for rt in row_traces), dtype=bool, count=n)
@@ -317,6 +303,39 @@ def _doc_lengths(corpus: Any) -> dict[str, int] | None:
         return None
     docs = getattr(corpus, "docs", corpus)
     return {d: len(getattr(v, "text", v)) for d, v in docs.items()}
+
+
+def ranking_metric_names(cutoffs: Sequence[int], final_k: int) -> list[str]:
+    """The ranking metrics the final list is evaluated for (ndcg, precision at each cutoff; the @final_k set)."""
+    return ([f"ndcg@{k}" for k in cutoffs] + [f"precision@{k}" for k in cutoffs]
+            + [f"ndcg@{final_k}", f"rr@{final_k}", f"success@{final_k}"])
+
+
+def final_list_rows(final: _Tap, ranked: dict[str, np.ndarray], cutoffs: Sequence[int], final_k: int,
+                    relevant_ev: np.ndarray, n_rel: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
+    """The final list's metric rows in their stored order; ``ranked`` holds the values of
+    :func:`ranking_metric_names`. Shared by the whole-run and the streaming scorer."""
+    for k in cutoffs:
+        yield f"recall@{k}", final.recall_at(k, relevant_ev, n_rel)
+    for k in cutoffs:
+        yield f"ndcg@{k}", ranked[f"ndcg@{k}"]
+    for k in cutoffs:
+        yield f"precision@{k}", ranked[f"precision@{k}"]
+    yield "recall@final_k", final.recall_at(final_k, relevant_ev, n_rel)
+    yield "ndcg@final_k", ranked[f"ndcg@{final_k}"]
+    yield "rr@final_k", ranked[f"rr@{final_k}"]
+    yield "success@final_k", ranked[f"success@{final_k}"]
+
+
+def rerank_rows(fused: _Tap, final: _Tap, final_k: int, relevant_ev: np.ndarray,
+                n_rel: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
+    """Rerank movement at final_k per row: rescued, broke, kept, missed both (undefined without evidence)."""
+    pre_hit = fused.recall_at(final_k, relevant_ev, n_rel) > 0
+    post_hit = final.recall_at(final_k, relevant_ev, n_rel) > 0
+    defined = n_rel > 0
+    for name, mask in (("rerank_rescued", post_hit & ~pre_hit), ("rerank_broke", pre_hit & ~post_hit),
+                       ("rerank_kept", pre_hit & post_hit), ("rerank_missed_both", ~pre_hit & ~post_hit)):
+        yield name, np.where(defined, mask.astype(np.float64), np.nan)
 
 
 def _judged_matrix(judged_lists: list[list[int]]) -> np.ndarray:

@@ -33,6 +33,9 @@ from ragassay.analysis.scoring import (
     _generation_rows,
     _judged_matrix,
     _Tap,
+    final_list_rows,
+    ranking_metric_names,
+    rerank_rows,
 )
 from ragassay.errors import InputError
 from ragassay.golden import GoldenSet, HitRule
@@ -187,31 +190,17 @@ def score_known(golden: GoldenSet, labels: Labels, part: _Known, rows: list[tupl
     else:
         final = fused
     if structure.retrieval:
-        for k in opt.cutoffs:
-            emit(f"recall@{k}", final.recall_at(k, relevant_ev, n_rel))
         gm = GradeMatrix(query_ids=np.asarray([f"{q}\x00{tr}" for q, tr in rows], dtype=object),
                          grades=final.grades if final.grades.shape[1] else np.full((n, 1), np.nan),
                          lengths=final.lengths, judged=_judged_matrix([labels.judged_by_query[q] for q, _ in rows]),
                          missing=missing)
-        want = ([f"ndcg@{k}" for k in opt.cutoffs] + [f"precision@{k}" for k in opt.cutoffs]
-                + [f"ndcg@{final_k}", f"rr@{final_k}", f"success@{final_k}"])
-        ranked = {str(m): r.values for m, r in evaluate(gm, want, opt.semantics()).items()}
-        for k in opt.cutoffs:
-            emit(f"ndcg@{k}", ranked[f"ndcg@{k}"])
-        for k in opt.cutoffs:
-            emit(f"precision@{k}", ranked[f"precision@{k}"])
-        emit("recall@final_k", final.recall_at(final_k, relevant_ev, n_rel))
-        emit("ndcg@final_k", ranked[f"ndcg@{final_k}"])
-        emit("rr@final_k", ranked[f"rr@{final_k}"])
-        emit("success@final_k", ranked[f"success@{final_k}"])
+        ranked = {str(m): r.values
+                  for m, r in evaluate(gm, ranking_metric_names(opt.cutoffs, final_k), opt.semantics()).items()}
+        for metric, v in final_list_rows(final, ranked, opt.cutoffs, final_k, relevant_ev, n_rel):
+            emit(metric, v)
     if structure.rerank:
-        pre = fused.recall_at(final_k, relevant_ev, n_rel)
-        post = final.recall_at(final_k, relevant_ev, n_rel)
-        defined = n_rel > 0
-        pre_hit, post_hit = pre > 0, post > 0
-        for name, mask in (("rerank_rescued", post_hit & ~pre_hit), ("rerank_broke", pre_hit & ~post_hit),
-                           ("rerank_kept", pre_hit & post_hit), ("rerank_missed_both", ~pre_hit & ~post_hit)):
-            emit(name, np.where(defined, mask.astype(np.float64), np.nan))
+        for metric, v in rerank_rows(fused, final, final_k, relevant_ev, n_rel):
+            emit(metric, v)
 
     # per-trace facts, lifted to rows
     n_lists = np.bincount(part.list_trace, minlength=len(traces)) if len(traces) else np.zeros(0, dtype=np.int64)
