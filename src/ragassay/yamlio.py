@@ -144,3 +144,26 @@ def load_yaml(path: Path, what: str) -> Any:
     non-UTF-8 bytes, invalid YAML, a duplicate key, a recursive alias or an alias expansion past the bound.
     """
     return load_yaml_node(path, what)[0]
+
+
+def line_of(node: Any, loc: tuple) -> int | None:
+    """The 1-based YAML line for a validation error at ``loc`` (a pydantic ``loc``) under the node tree of
+    :func:`load_yaml_node`: the line of the deepest key of ``loc`` that exists, an index descending into a
+    sequence; where a key is missing, the line where its enclosing node starts. None without a node."""
+    line = None
+    for key in loc:
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+        nxt = None
+        if hasattr(node, "value") and isinstance(node.value, list):
+            if isinstance(key, int) and key < len(node.value) and not isinstance(node.value[key], tuple):
+                nxt = node.value[key]
+            else:
+                for item in node.value:
+                    if isinstance(item, tuple) and getattr(item[0], "value", None) == str(key):
+                        line = item[0].start_mark.line + 1
+                        nxt = item[1]
+                        break
+        node = nxt
+    return line

@@ -113,3 +113,15 @@ def test_node_line_numbers_are_kept(tmp_path):
     assert data == {"x": 1, "queries": [{"a": 1}, {"a": 2}]}
     seq = node.value[1][1]
     assert [n.start_mark.line + 1 for n in seq.value] == [3, 4]
+
+
+def test_line_of_finds_the_deepest_existing_key_and_descends_sequences(tmp_path):
+    from ragassay.yamlio import line_of, load_yaml_node
+
+    p = tmp_path / "p.yaml"
+    p.write_text("a: 1\nmetrics:\n  ndcg@5:\n    min_effect: 9\nlist:\n  - x: 1\n  - y: 2\n", encoding="utf-8")
+    _, node = load_yaml_node(p, "policy")
+    assert line_of(node, ("metrics", "ndcg@5", "min_effect")) == 4
+    assert line_of(node, ("list", 1, "y")) == 7
+    assert line_of(node, ("metrics", "ndcg@5", "missing")) == 4  # the enclosing mapping starts on line 4
+    assert line_of(node, ()) is None and line_of(None, ("a",)) is None

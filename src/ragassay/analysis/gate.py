@@ -38,7 +38,7 @@ from ragassay.analysis.directions import higher_is_better
 from ragassay.errors import InputError
 from ragassay.metrics.names import canonical_name
 from ragassay.stats import n_for_mde
-from ragassay.yamlio import load_yaml_node
+from ragassay.yamlio import line_of, load_yaml_node
 
 ORDER = {"PASS": 0, "WARN": 1, "FAIL": 2}
 POWER = 0.80
@@ -98,24 +98,6 @@ class GatePolicy(BaseModel):
         return metrics
 
 
-def _line_of(node, loc: tuple) -> int | None:
-    """The YAML line of the deepest node on ``loc`` that exists in the document."""
-    line = None
-    for key in loc:
-        if node is None:
-            break
-        line = node.start_mark.line + 1
-        nxt = None
-        if hasattr(node, "value") and isinstance(node.value, list):
-            for item in node.value:
-                if isinstance(item, tuple) and getattr(item[0], "value", None) == str(key):
-                    nxt = item[1]
-                    line = item[0].start_mark.line + 1
-                    break
-        node = nxt
-    return line
-
-
 def load_policy(path: str | Path | None) -> GatePolicy:
     """The policy in ``path`` (the built-in one for None); every problem is a `file:line: field: message`."""
     if path is None:
@@ -140,7 +122,7 @@ def load_policy(path: str | Path | None) -> GatePolicy:
                 # the range check names its metric: point at that metric's line, not at `metrics:`
                 metric, _, msg = msg.partition(".min_effect: ")
                 loc = ("metrics", metric, "min_effect")
-            line = _line_of(node, loc) if node is not None else None
+            line = line_of(node, loc) if node is not None else None
             where = f"{p}:{line}" if line else str(p)
             field_path = ".".join(map(str, loc))
             got = "" if x["type"] in ("value_error", "missing", "extra_forbidden") else f" (got {_short(x.get('input'))})"

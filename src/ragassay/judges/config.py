@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ragassay.errors import InputError
 from ragassay.judges.metrics import DEFAULT_CRITERIA, METRICS, Criterion, suite_pins
-from ragassay.yamlio import load_yaml_node
+from ragassay.yamlio import line_of, load_yaml_node
 
 
 class _Strict(BaseModel):
@@ -131,26 +131,6 @@ class JudgeConfig(_Strict):
 _LOCAL_THRESHOLD = {"lexical": 0.7, "embedding": 0.8}
 
 
-def _line_of(node, loc: tuple) -> int | None:
-    line = None
-    for key in loc:
-        if node is None:
-            break
-        line = node.start_mark.line + 1
-        nxt = None
-        if hasattr(node, "value") and isinstance(node.value, list):
-            if isinstance(key, int) and key < len(node.value) and not isinstance(node.value[key], tuple):
-                nxt = node.value[key]
-            else:
-                for item in node.value:
-                    if isinstance(item, tuple) and getattr(item[0], "value", None) == key:
-                        line = item[0].start_mark.line + 1
-                        nxt = item[1]
-                        break
-        node = nxt
-    return line
-
-
 def load_judge_config(path: str | Path) -> JudgeConfig:
     """The judge config in ``path``; every problem is one ``file:line: field: message`` line."""
     p = Path(path)
@@ -166,7 +146,7 @@ def load_judge_config(path: str | Path) -> JudgeConfig:
         lines = []
         for x in e.errors():
             loc = tuple(x["loc"])
-            line = _line_of(node, loc) if node is not None else None
+            line = line_of(node, loc) if node is not None else None
             where = f"{p}:{line}" if line else str(p)
             field = ".".join(map(str, loc))
             lines.append(f"{where}: {field + ': ' if field else ''}{x['msg'].removeprefix('Value error, ')}")
