@@ -4,8 +4,8 @@ import pytest
 from tests.scale.conftest import rows
 
 from ragassay.analysis.demo import demo_config_dir
+from ragassay.analysis.partitions import score_files_into_store
 from ragassay.analysis.runner import load_inputs, run_pipeline_into_store
-from ragassay.analysis.stream import score_files_into_store
 from ragassay.executors import get_executor
 from ragassay.store import Store
 

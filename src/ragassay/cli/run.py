@@ -254,8 +254,8 @@ def score(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Score another system's traces against a golden set and store them as a run, batch by batch."""
+    from ragassay.analysis.partitions import score_files_into_store
     from ragassay.analysis.runner import load_inputs, score_traces_into_store
-    from ragassay.analysis.stream import score_files_into_store
     from ragassay.executors import check_executor
 
     _options(None, hit_rule, threshold, gain)
