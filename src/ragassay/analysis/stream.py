@@ -40,8 +40,9 @@ from ragassay.analysis.scoring import (
 from ragassay.errors import InputError
 from ragassay.golden import GoldenSet, HitRule
 from ragassay.metrics import GradeMatrix, evaluate
-from ragassay.trace.io import TraceBatch, TraceBatchReader
+from ragassay.trace.io import TraceBatch
 from ragassay.trace.schema import Trace, UnitCheck, UnitColumns, first_index_codes, validate_unit_columns
+from ragassay.trace.sources import open_trace_batches
 
 BATCH_TRACES = 2048
 _RESUME_PINS = ("source", "config_sha", "dataset_version", "corpus_digest", "metric_version",
@@ -282,7 +283,7 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
 
     opt = options or ScoringOptions()
     labels = Labels(golden, opt)
-    reader = TraceBatchReader(traces_path, batch_size)
+    reader = open_trace_batches(traces_path, batch_size)
     batches = iter(reader)
     first = next(batches, None)  # line 1 holds the header: the pins are known before anything is stored
     header = reader.header
