@@ -1,4 +1,5 @@
-"""Scoring many trace files: one run per file, locally or as partitions on an executor's workers.
+"""Scoring many trace files (one run per file) or one Parquet trace dataset (one run), locally or as
+partitions on an executor's workers.
 
 Each file is scored by :func:`~ragassay.analysis.stream.stream_score_into_store` (the reference). With a
 distributed executor a file is a partition scored on a worker into a scratch store; its rows come back as
@@ -7,11 +8,14 @@ Arrow and the driver, the only writer, stores them in slices.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ragassay.analysis.scoring import ScoringOptions
 from ragassay.analysis.stream import BATCH_TRACES, stream_score_into_store
@@ -100,3 +104,246 @@ def score_files_into_store(store, paths: list[str | Path], corpus, golden: Golde
     finally:
         if owned:
             ex.close()
+
+
+# ---- one Parquet dataset, one run, its files scored on the workers ---------------------------------------
+
+
+@dataclass
+class ScoredFile:
+    """One file of a Parquet trace dataset scored on a worker: what the driver needs to store its rows and
+    to finish the run's totals, without the traces."""
+
+    index: int
+    results: pa.Table
+    done: list
+    keys: pa.Table  # query_id, trial, line of every trace kept (any query): cross-file duplicates
+    ctx: pa.Table  # query_id, trial, context_tokens of the kept traces of golden queries
+    structure: Any
+    problems: list
+    unit_failures: int
+    examples: list[str]
+    unknown: set[str]
+    trials: set[int]
+    n_traces: int
+
+
+def score_dataset_file(index: int, path: str, corpus, golden: GoldenSet, options: ScoringOptions | None,
+                       batch_size: int, floor, seen: dict) -> ScoredFile:
+    """Score file ``index`` of the dataset at ``path`` as :func:`stream_score_into_store` scores those rows:
+    with at least the metric structure ``floor`` and the keys in ``seen`` (found in earlier files, key ->
+    row) counted as duplicates. Rows are returned, not stored: the driver is the only writer."""
+    import copy
+
+    from ragassay.analysis.runner import _done_markers
+    from ragassay.analysis.scoring import Labels, _doc_lengths, _final_k
+    from ragassay.analysis.stream import MAX_EXAMPLES, _Known, score_known
+    from ragassay.trace.parquet import ParquetTraceReader
+    from ragassay.trace.schema import validate_unit_columns
+
+    opt = options or ScoringOptions()
+    labels, doc_lengths = Labels(golden, opt), _doc_lengths(corpus)
+    reader = ParquetTraceReader(path, batch_size, only=index)
+    reader.problems.clear()  # the header's problems are the dataset's, reported once by the driver
+    reader.lines.update(seen)
+    final_k = _final_k(reader.header)
+    structure = copy.deepcopy(floor)
+    scored: list[tuple[Any, list, Any]] = []  # (span, done markers, structure it was scored with) per batch
+    tables: list[pa.Table] = []
+    ctx_keys: list[tuple[str, int]] = []
+    ctx_vals: list[float] = []
+    unknown: set[str] = set()
+    trials: set[int] = set()
+    n_fail, examples = 0, []
+
+    def rows_of(part, bad) -> tuple[pa.Table, Any]:
+        keys = [m.key for m in part.traces]
+        return score_known(golden, labels, part, keys, np.arange(len(keys)), structure, final_k, bad, doc_lengths)
+
+    for batch in reader:
+        unknown.update(m.query_id for m in batch.traces if m.query_id not in golden)
+        trials.update(m.trial for m in batch.traces)
+        part = _Known.of(batch, golden)
+        check = validate_unit_columns(part.units, corpus, reader.lines)
+        structure.grow(part)
+        table, ctx_tokens = rows_of(part, check.bad_mask)
+        tables.append(table)
+        scored.append((batch.span, _done_markers([m.key for m in part.traces], {m.key: m for m in part.traces}),
+                       copy.deepcopy(structure)))
+        ctx_keys.extend(m.key for m in part.traces)
+        ctx_vals.extend(ctx_tokens.tolist())
+        n_fail += check.count
+        examples.extend(check.messages(path, limit=MAX_EXAMPLES - len(examples)))
+    for i, (span, _, used) in enumerate(scored):
+        if used != structure:  # scored before the file showed all its structure: again, with all of it
+            again = _Known.of(reader.replay(span), golden)
+            tables[i] = rows_of(again, validate_unit_columns(again.units, corpus, reader.lines).bad_mask)[0]
+    lo, hi = reader.first_row[index], reader.first_row[index + 1]
+    kept = [(k, ln) for k, ln in reader.lines.items() if lo < ln <= hi]
+    results = pa.concat_tables(tables) if tables else rows_of(_Known.empty(), np.zeros(0, dtype=bool))[0]
+    return ScoredFile(index, results, [d for _, done, _ in scored for d in done],
+                      pa.table({"query_id": pa.array([k[0] for k, _ in kept], pa.string()),
+                                "trial": pa.array([k[1] for k, _ in kept], pa.int64()),
+                                "line": pa.array([ln for _, ln in kept], pa.int64())}),
+                      pa.table({"query_id": pa.array([k[0] for k in ctx_keys], pa.string()),
+                                "trial": pa.array([k[1] for k in ctx_keys], pa.int64()),
+                                "context_tokens": pa.array(ctx_vals, pa.float64())}),
+                      structure, reader.problems, n_fail, examples, unknown, trials, reader.n_traces)
+
+
+def _joined(t: pa.Table) -> pa.Array:
+    joined = pc.binary_join_element_wise(t.column("query_id"), pc.cast(t.column("trial"), pa.string()), "\x00")
+    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
+
+
+def score_dataset_into_store(store, path: str | Path, corpus, golden: GoldenSet, *,
+                             options: ScoringOptions | None = None, name: str | None = None,
+                             allow_pin_mismatch: bool = False, batch_size: int = BATCH_TRACES, executor=None,
+                             resume: str | None = None, progress=None) -> tuple[str, dict]:
+    """Score a Parquet trace dataset as one run; (run_id, import summary) as :func:`stream_score_into_store`.
+
+    With the local executor this is :func:`stream_score_into_store` (the reference). Otherwise the dataset's
+    files are the partitions, scored on the workers (:func:`score_dataset_file`), at most ``2 × workers``
+    in flight, and written here in file order, each file's rows and query status in one group of slices.
+    The stored rows equal the reference's: a file whose keys appeared in an earlier file is scored again
+    knowing them (they are duplicates), files scored with less metric structure than the whole dataset
+    has are scored again with all of it (rows replaced), and golden keys without a trace are scored here
+    at the end. ``resume`` (a run id) finishes a run whose driver died: files whose query status is
+    complete are not written again. ``progress(files_done, files)`` is called after each file is stored.
+    """
+    from ragassay.executors import LocalExecutor, get_executor
+
+    owned = not isinstance(executor, LocalExecutor)
+    ex = get_executor(executor)
+    try:
+        if type(ex) is LocalExecutor:
+            return stream_score_into_store(store, path, corpus, golden, options=options, name=name,
+                                           allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size,
+                                           resume=resume)
+        return _score_dataset(store, str(path), corpus, golden, options or ScoringOptions(), name,
+                              allow_pin_mismatch, batch_size, ex, resume, progress)
+    finally:
+        if owned:
+            ex.close()
+
+
+def _score_dataset(store, path: str, corpus, golden, opt, name, allow_pin_mismatch, batch_size, ex, resume,
+                   progress) -> tuple[str, dict]:
+    from ragassay.analysis.runner import (
+        _context_tokens_mean_of,
+        _done_markers,
+        _pin_error,
+        _pin_mismatch,
+        _record,
+        _update_extra,
+        config_warnings,
+    )
+    from ragassay.analysis.scoring import Labels, _doc_lengths, _final_k
+    from ragassay.analysis.stream import _RESUME_PINS, MAX_EXAMPLES, Structure, _Known, score_known
+    from ragassay.errors import InputError
+    from ragassay.trace.parquet import ParquetTraceReader
+
+    reader = ParquetTraceReader(path, batch_size)
+    header = reader.header
+    mismatch = _pin_mismatch(header, golden, corpus)
+    if mismatch and not allow_pin_mismatch:
+        raise InputError(_pin_error(path, mismatch))
+    config = header.config if header else {}
+    sha = header.config_sha if header else ""
+    if resume:
+        rec = store.get_run(resume)
+        want = _record(rec.name, golden, corpus, config, sha, opt, rec.trials, f"traces:{path}")
+        if any(getattr(rec, k) != getattr(want, k) for k in _RESUME_PINS):
+            raise InputError(f"run {rec.name} ({rec.run_id}) was scored from {rec.source.removeprefix('traces:')} "
+                             "with other pins; resume it with the same traces, golden set, corpus and options")
+        run_id = rec.run_id
+        done = store.resume_run(run_id)
+    else:
+        rec = _record(name or (header.run_name if header else Path(path).stem), golden, corpus, config, sha, opt,
+                      1, f"traces:{path}", {"unit_failures": 0, "unit_failure_examples": [], "schema_failures": 0})
+        run_id = store.create_run(rec)
+        done = set()
+
+    def write(part: ScoredFile, force: bool = False) -> None:
+        if not force and part.done and all((q, t) in done for q, t, _, _ in part.done):
+            return
+        n = part.results.num_rows
+        for start in range(0, max(n, 1), WRITE_ROWS):
+            last = start + WRITE_ROWS >= n
+            store.write_batch(run_id, part.results.slice(start, WRITE_ROWS), done=part.done if last else ())
+
+    structure = Structure()
+    files = list(range(len(reader.files)))
+    seen_keys: list[pa.Table] = []
+    kept: dict[int, tuple[Any, dict]] = {}  # file -> (structure it was scored with, the duplicates it was told)
+    ctx_parts: list[pa.Table] = []
+    problems = list(reader.problems)
+    n_problems = len(problems)
+    n_fail, examples, unknown, trials, n_traces = 0, [], set(), set(), 0
+    for part in ex.map_ordered(score_dataset_file, files, path, corpus, golden, opt, batch_size, Structure(), {}):
+        seen: dict = {}
+        if seen_keys:
+            before = pa.concat_tables(seen_keys)
+            hit = pc.index_in(_joined(part.keys), value_set=_joined(before))
+            if hit.null_count < len(hit):
+                for j in pc.drop_null(hit).to_pylist():
+                    seen[(before["query_id"][j].as_py(), before["trial"][j].as_py())] = before["line"][j].as_py()
+                part = next(ex.map_ordered(score_dataset_file, [part.index], path, corpus, golden, opt, batch_size,
+                                           Structure(), seen))
+        write(part)
+        kept[part.index] = (part.structure, seen)
+        structure.branches |= part.structure.branches
+        for k in ("retrieval", "rerank", "generation", "outcome"):
+            setattr(structure, k, getattr(structure, k) or getattr(part.structure, k))
+        seen_keys.append(part.keys)
+        ctx_parts.append(part.ctx)
+        n_problems += len(part.problems)
+        problems.extend(part.problems[:max(0, MAX_EXAMPLES - len(problems))])
+        n_fail += part.unit_failures
+        examples.extend(part.examples[:max(0, MAX_EXAMPLES - len(examples))])
+        unknown |= part.unknown
+        trials |= part.trials
+        n_traces += part.n_traces
+        if progress is not None:
+            progress(part.index + 1, len(files))
+    for i, (used, seen) in kept.items():
+        if used != structure:  # the dataset has metrics this file's traces did not show: rows replaced
+            write(next(ex.map_ordered(score_dataset_file, [i], path, corpus, golden, opt, batch_size, structure,
+                                      seen)), force=True)
+    # golden keys without a trace, scored here as the reference scores them, and the run's totals
+    trial_ids = sorted(trials) or [0]
+    qids = [q.query_id for q in golden.queries]
+    keys = pa.table({"query_id": pa.array(qids * len(trial_ids), pa.string()),
+                     "trial": pa.array(np.repeat(np.asarray(trial_ids, dtype=np.int64), len(qids))),
+                     "pos": pa.array(np.arange(len(qids) * len(trial_ids), dtype=np.int64))})
+    ctx = pa.concat_tables(ctx_parts) if ctx_parts else pa.table(
+        {"query_id": pa.array([], pa.string()), "trial": pa.array([], pa.int64()),
+         "context_tokens": pa.array([], pa.float64())})
+    joined = keys.join(ctx.append_column("seen", pa.array(np.ones(len(ctx), dtype=bool))),
+                       ["query_id", "trial"], join_type="left outer").sort_by("pos")
+    have = joined.column("seen").is_valid().to_numpy(zero_copy_only=False)
+    ctx_all = pc.fill_null(joined.column("context_tokens"), math.nan).to_numpy(zero_copy_only=False).copy()
+    miss_pos = np.flatnonzero(~have)
+    labels, final_k, doc_lengths = Labels(golden, opt), _final_k(header), _doc_lengths(corpus)
+    q_col, t_col = joined.column("query_id"), joined.column("trial")
+    for start in range(0, len(miss_pos), batch_size):
+        pos = miss_pos[start:start + batch_size]
+        rows = list(zip(q_col.take(pos).to_pylist(), t_col.take(pos).to_pylist(), strict=True))
+        table, ctx_tokens = score_known(golden, labels, _Known.empty(), rows, np.full(len(rows), -1), structure,
+                                        final_k, np.zeros(0, dtype=bool), doc_lengths)
+        if not all(k in done for k in rows):
+            store.write_batch(run_id, table, done=_done_markers(rows, {}))
+        ctx_all[pos] = ctx_tokens
+    extra = {"schema_failures": n_problems,
+             "problems": [f"{path}:{p.line}: {p.message}" for p in problems[:MAX_EXAMPLES]],
+             "unknown_queries": sorted(unknown), "unit_failures": n_fail, "unit_failure_examples": examples,
+             "context_tokens_mean": _context_tokens_mean_of(ctx_all.tolist() if structure.generation else []),
+             "warnings": config_warnings(config)}
+    if mismatch:
+        extra["pin_mismatch"] = mismatch
+    _update_extra(store, run_id, extra)
+    store.connection.execute("UPDATE runs SET trials = ? WHERE run_id = ?", [len(trial_ids), run_id])
+    store.finish_run(run_id, "complete")
+    return run_id, {"n_traces": n_traces, "schema_failures": n_problems, "unknown_queries": sorted(unknown),
+                    "missing": len(miss_pos), "problems": extra["problems"], "unit_failures": n_fail,
+                    "unit_failure_examples": examples, "warnings": extra["warnings"], "pin_mismatch": mismatch}
