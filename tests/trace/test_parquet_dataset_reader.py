@@ -205,3 +205,30 @@ def test_the_pyarrow_recipe_of_docs_writes_a_dataset_the_reader_takes(bundled, t
     assert reader.header == header and reader.problems == []
     assert batch.traces[0].meta == {"shard": 1} and batch.traces[0].branches == {"bm25": []}
     assert batch.units.fields == ["fused"] and batch.units.unit_id == ["u1"] and batch.lines == [1]
+
+
+def test_cli_score_takes_a_dataset_directory_as_one_run(bundled, tmp_path, capsys):
+    from ragassay.cli.app import main
+
+    from ragassay.golden import build_golden, bundled_golden_source
+
+    corpus, golden = bundled
+    gdir = tmp_path / "golden"
+    build_golden(bundled_golden_source(), corpus, gdir)
+    header = RunHeader(run_name="cli", corpus_digest=corpus.digest, dataset_version=golden.dataset_version)
+    records = random_records(corpus, golden, 3, n=60)
+    write_parquet_traces(tmp_path / "ds" / "a.parquet", header, records[:30])
+    write_parquet_traces(tmp_path / "ds" / "b.parquet", header, records[30:])
+    with pytest.raises(SystemExit) as e:
+        main(["score", str(tmp_path / "ds"), "--golden", str(gdir), "--store", str(tmp_path / "s.duckdb"),
+              "--json"])
+    assert (e.value.code or 0) == 0
+    out = json.loads(capsys.readouterr().out)
+    with Store.open(tmp_path / "j.duckdb") as st:
+        _, want = score_traces_into_store(st, _jsonl(tmp_path / "r.jsonl", header, records), corpus, golden)
+    assert out["run"]["name"] == "cli" and out["import"]["n_traces"] == want["n_traces"] > 40
+    assert out["import"]["schema_failures"] == want["schema_failures"]
+    with pytest.raises(SystemExit) as e:
+        main(["score", str(tmp_path / "ds"), str(tmp_path / "r.jsonl"), "--golden", str(gdir), "--store",
+              str(tmp_path / "s.duckdb")])
+    assert e.value.code == 2 and "is one run" in capsys.readouterr().err

@@ -236,8 +236,9 @@ def run(
 
 
 def score(
-    traces: list[Path] = typer.Argument(..., help="Traces JSONL from any system; several files make one run "
-                                        "each (partitions of the work on --executor ray)."),
+    traces: list[Path] = typer.Argument(..., help="Traces JSONL from any system, or a Parquet trace dataset (a "
+                                        ".parquet file or a directory of them, one run); several JSONL files make "
+                                        "one run each (partitions of the work on --executor ray)."),
     golden: Path = typer.Option(..., "--golden", help="Built golden set dir or authoring file."),
     corpus: Path = CORPUS_OPT,
     store: Path = STORE_OPT,
@@ -246,7 +247,7 @@ def score(
     threshold: int = THRESHOLD_OPT,
     gain: str = typer.Option("exp", "--gain"),
     allow_pin_mismatch: bool = PIN_OPT,
-    resume: str = typer.Option(None, "--resume", help="Finish an interrupted score of the same file (run id, "
+    resume: str = typer.Option(None, "--resume", help="Finish an interrupted score of the same traces (run id, "
                                "prefix or name): rows already stored are kept, none is duplicated."),
     batch_size: int = typer.Option(2048, "--batch-size", min=1, help="Traces read, scored and stored at a "
                                    "time; memory grows with it."),
@@ -254,22 +255,27 @@ def score(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Score another system's traces against a golden set and store them as a run, batch by batch."""
-    from ragassay.analysis.partitions import score_files_into_store
-    from ragassay.analysis.runner import load_inputs, score_traces_into_store
+    from ragassay.analysis.partitions import score_dataset_into_store, score_files_into_store
+    from ragassay.analysis.runner import load_inputs
     from ragassay.executors import check_executor
+    from ragassay.trace.parquet import is_parquet_source
 
     _options(None, hit_rule, threshold, gain)
     executor = check_executor(executor)
-    if resume and (len(traces) > 1 or executor != "local"):
-        raise InputError("--resume finishes the score of one trace file with the local executor; "
-                         "drop --resume to score several files (one new run each)")
+    one = len(traces) == 1 and (executor == "local" or is_parquet_source(traces[0]))
+    if resume and not one:
+        raise InputError("--resume finishes the score of one trace file (or, with --executor ray, one Parquet "
+                         "trace dataset); drop --resume to score several files (one new run each)")
+    if len(traces) > 1 and any(is_parquet_source(p) for p in traces):
+        raise InputError("a Parquet trace dataset is one run: pass its directory alone (JSONL files may be "
+                         "given several at a time, one run each)")
     corp, gs = load_inputs(corpus, golden)
     opts = _options(gs, hit_rule, threshold, gain)
     with Store.open(store) as st:
-        if len(traces) == 1 and executor == "local":
-            run_id, info = score_traces_into_store(st, traces[0], corp, gs, options=opts, name=name,
-                                                   allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size,
-                                                   resume=resume)
+        if one:
+            run_id, info = score_dataset_into_store(st, traces[0], corp, gs, options=opts, name=name,
+                                                    allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size,
+                                                    executor=executor, resume=resume)
             _report(st, run_id, info, store, json_out)
             return
         done = score_files_into_store(st, traces, corp, gs, options=opts, name=name,
