@@ -209,7 +209,6 @@ def test_the_pyarrow_recipe_of_docs_writes_a_dataset_the_reader_takes(bundled, t
 
 def test_cli_score_takes_a_dataset_directory_as_one_run(bundled, tmp_path, capsys):
     from ragassay.cli.app import main
-
     from ragassay.golden import build_golden, bundled_golden_source
 
     corpus, golden = bundled
