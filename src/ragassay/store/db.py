@@ -7,6 +7,12 @@ by (run_id, query_id, trial, metric); writing a key again replaces the row (last
 may re-send work without creating duplicates. Batches enter through Arrow (a registered table and one
 ``INSERT ... SELECT``), never row by row.
 
+The key is not a DuckDB index (schema version 2; see ``store.schema``). The writer remembers, per run, a
+64-bit hash of every (query_id, trial) pair it has stored rows for: a batch whose pairs are all new is a plain
+append, and only a batch that touches a stored pair first deletes the rows it replaces. A hash collision only
+sends a batch down that exact path. ``finish_run`` then checks the whole run once, so rows written to one run
+by two connections at once end in an error, never in silent duplicates.
+
 Undefined metric values (NaN or null) are stored as ``value = NULL`` with ``defined = false`` and come back
 as NaN, so an undefined value is never confused with 0 and can always be counted.
 """
@@ -43,7 +49,9 @@ from ragassay.store.schema import (
     JUDGE_VALIDATION_COLUMNS,
     JUDGE_VALIDATION_JSON,
     JUDGE_VALIDATIONS_DDL,
+    KEYED_RESULTS_VERSION,
     QUERY_STATUSES,
+    READABLE_VERSIONS,
     REQUIRED_ROW_COLUMNS,
     RESULT_COLUMNS,
     ROW_SCHEMA,
@@ -154,6 +162,10 @@ class Store:
         # scan of millions of rows. A writable store is not memoized: its writers read runs mid-write.
         self._runs_cache: dict[str, RunRecord] = {}
         self._metrics_cache: dict[str, list[str]] = {}
+        # A version-1 store's results table keeps its primary key (and the write path that relies on it).
+        self._keyed_results = False
+        # run_id -> sorted uint64 hashes of the (query_id, trial) pairs with stored rows (unkeyed stores).
+        self._pairs: dict[str, np.ndarray] = {}
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -213,6 +225,7 @@ class Store:
                 "INSERT INTO schema_info VALUES (?, ?, ?)", [SCHEMA_VERSION, _now(), _ragassay_version()]
             )
             self._con.execute("COMMIT")
+            self._keyed_results = False
             return
         if "schema_info" not in present:
             raise SchemaError(
@@ -223,7 +236,7 @@ class Store:
         if len(versions) != 1:
             raise SchemaError(f"{self.path}: schema_info must hold exactly one version row, found {versions}")
         version = versions[0]
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS:
             hint = (
                 "it was written by a newer ragassay; upgrade ragassay to read it"
                 if version is not None and version > SCHEMA_VERSION
@@ -233,6 +246,7 @@ class Store:
                 f"{self.path}: results store schema version {version}, this ragassay reads version "
                 f"{SCHEMA_VERSION}; {hint}"
             )
+        self._keyed_results = version == KEYED_RESULTS_VERSION
         missing = [t for t in TABLES if t not in present]
         if missing:
             raise SchemaError(
@@ -302,14 +316,21 @@ class Store:
         cols = ", ".join(_RUN_COLUMNS)
         marks = ", ".join("?::JSON" if c in _JSON_COLUMNS else "?" for c in _RUN_COLUMNS)
         self._con.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", [values[c] for c in _RUN_COLUMNS])
+        self._pairs[run_id] = np.zeros(0, dtype=np.uint64)
         return run_id
 
     def finish_run(self, run_id: str, status: str = "complete") -> None:
-        """Mark a run 'complete' or 'failed', stamp finished_at and fill n_queries if it was not given."""
+        """Mark a run 'complete' or 'failed', stamp finished_at and fill n_queries if it was not given.
+
+        First checks, once for the whole run, that no (query_id, trial, metric) key is stored twice; a run
+        that fails the check raises ``SchemaError`` and stays 'running'."""
         self._check_writable()
         if status not in ("complete", "failed"):
             raise InputError(f"finish_run status {status!r} must be 'complete' or 'failed'")
         self._require_run(run_id)
+        if not self._keyed_results:
+            self._check_run_unique(run_id)
+            self._pairs.pop(run_id, None)
         self._con.execute(
             "UPDATE runs SET status = ?, finished_at = ?, n_queries = coalesce(n_queries, "
             "(SELECT count(DISTINCT query_id) FROM results WHERE run_id = ?)) WHERE run_id = ?",
@@ -418,22 +439,10 @@ class Store:
         con.register(_BATCH_VIEW, table)
         con.register(_DONE_VIEW, done_table)
         try:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                try:
-                    # Fresh keys are the common case, and a plain INSERT costs about half of an upsert.
-                    self._insert(run_id, table.num_rows, done_table.num_rows, replace=False)
-                except duckdb.ConstraintException:
-                    con.execute("ROLLBACK")
-                    # The upsert silently keeps one of two equal keys in one statement, so a duplicate
-                    # inside the batch must be ruled out before taking that path.
-                    _check_unique(table, ("query_id", "trial", "metric"), "result rows")
-                    con.execute("BEGIN TRANSACTION")
-                    self._insert(run_id, table.num_rows, done_table.num_rows, replace=True)
-                con.execute("COMMIT")
-            except BaseException:
-                self._rollback()
-                raise
+            if self._keyed_results:
+                self._write_keyed(run_id, table, done_table.num_rows)
+            else:
+                self._write_unkeyed(run_id, table, done_table.num_rows)
         except duckdb.ConstraintException as exc:
             raise SchemaError(
                 f"run {run_id}: batch violates the results schema ({exc}); nothing was written"
@@ -443,9 +452,96 @@ class Store:
             con.unregister(_DONE_VIEW)
         return table.num_rows
 
-    def _insert(self, run_id: str, n_rows: int, n_done: int, *, replace: bool) -> None:
-        verb = "INSERT OR REPLACE" if replace else "INSERT"
+    def _write_keyed(self, run_id: str, table: pa.Table, n_done: int) -> None:
+        """A version-1 store: the primary key refuses a stored key, and the batch is redone as an upsert."""
+        self._transaction(
+            lambda replace: self._insert(run_id, table.num_rows, n_done, replace_rows=replace,
+                                         replace_done=replace),
+            # The upsert silently keeps one of two equal keys in one statement, so a duplicate inside the
+            # batch must be ruled out before taking that path.
+            before_retry=lambda: _check_unique(table, ("query_id", "trial", "metric"), "result rows"),
+        )
+
+    def _write_unkeyed(self, run_id: str, table: pa.Table, n_done: int) -> None:
+        """Append the batch, deleting first only the stored rows it replaces (see the module docstring)."""
+        pairs = np.zeros(0, dtype=np.uint64)
+        if table.num_rows:
+            groups = self._con.execute(
+                f"SELECT hash(query_id, trial) AS h, count(*) AS n, count(DISTINCT metric) AS m "
+                f"FROM {_BATCH_VIEW} GROUP BY ALL ORDER BY h"
+            ).fetchnumpy()
+            pairs = np.asarray(groups["h"], dtype=np.uint64)
+            if np.any(np.asarray(groups["n"]) != np.asarray(groups["m"])):
+                # a repeated metric within one pair's hash group (or a collision of two pairs): decide exactly
+                _check_unique(table, ("query_id", "trial", "metric"), "result rows")
+        stored = self._stored_pairs(run_id)
+        replace_rows = bool(pairs.size and stored.size and np.isin(pairs, stored, assume_unique=True).any())
+        # Done markers keep their (small) primary key: a marker already stored is replaced on a second try.
+        self._transaction(lambda replace: self._insert(run_id, table.num_rows, n_done, replace_rows=replace_rows,
+                                                       replace_done=replace))
+        fresh = pairs[~np.isin(pairs, stored, assume_unique=True)] if stored.size else pairs
+        self._pairs[run_id] = np.insert(stored, np.searchsorted(stored, fresh), fresh)
+
+    def _transaction(self, insert: Any, before_retry: Any = None) -> None:
+        """Run ``insert(False)`` in one transaction; on a key conflict roll back and run ``insert(True)``.
+        Fresh keys are the common case, and a plain INSERT costs about half of an upsert."""
+        con = self._con
+        con.execute("BEGIN TRANSACTION")
+        try:
+            try:
+                insert(False)
+            except duckdb.ConstraintException:
+                con.execute("ROLLBACK")
+                if before_retry is not None:
+                    before_retry()
+                con.execute("BEGIN TRANSACTION")
+                insert(True)
+            con.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _stored_pairs(self, run_id: str) -> np.ndarray:
+        pairs = self._pairs.get(run_id)
+        if pairs is None:
+            found = self._con.execute(
+                "SELECT DISTINCT hash(query_id, trial) AS h FROM results WHERE run_id = ? ORDER BY h", [run_id]
+            ).fetchnumpy()["h"]
+            pairs = self._pairs[run_id] = np.asarray(found, dtype=np.uint64)
+        return pairs
+
+    def _check_run_unique(self, run_id: str) -> None:
+        """Raise ``SchemaError`` if a (query_id, trial, metric) key of the run is stored more than once.
+
+        Equal keys hash equally, so as many distinct key hashes as rows proves every key distinct; only a
+        shortfall (a duplicate, or a collision) needs the exact grouping."""
+        n, k = self._con.execute(
+            "SELECT count(*), count(DISTINCT hash(query_id, trial, metric)) FROM results WHERE run_id = ?", [run_id]
+        ).fetchone()
+        if n == k:
+            return
+        dup = self._con.execute(
+            "SELECT query_id, trial, metric, count(*) AS n, count(*) OVER () AS keys FROM results "
+            "WHERE run_id = ? GROUP BY query_id, trial, metric HAVING count(*) > 1 ORDER BY ALL LIMIT 1",
+            [run_id],
+        ).fetchall()
+        if dup:
+            q, t, m, times, keys = dup[0]
+            raise SchemaError(
+                f"run {run_id}: {keys} key(s) (query_id, trial, metric) are stored more than once, e.g. "
+                f"({q!r}, {t}, {m!r}) {times} times; two writers wrote this run at once. Score it again into a "
+                "new run"
+            )
+
+    def _insert(self, run_id: str, n_rows: int, n_done: int, *, replace_rows: bool, replace_done: bool) -> None:
         if n_rows:
+            if replace_rows and not self._keyed_results:
+                self._con.execute(
+                    f"DELETE FROM results USING {_BATCH_VIEW} b WHERE results.run_id = $run_id AND "
+                    "results.query_id = b.query_id AND results.trial = b.trial AND results.metric = b.metric",
+                    {"run_id": run_id},
+                )
+            verb = "INSERT OR REPLACE" if replace_rows and self._keyed_results else "INSERT"
             self._con.execute(
                 f"{verb} INTO results ({', '.join(RESULT_COLUMNS)}) "
                 "SELECT $run_id, query_id, trial, metric, "
@@ -455,6 +551,7 @@ class Store:
                 {"run_id": run_id},
             )
         if n_done:
+            verb = "INSERT OR REPLACE" if replace_done else "INSERT"
             self._con.execute(
                 f"{verb} INTO query_status (run_id, query_id, trial, status, error, written_at) "
                 f"SELECT $run_id, query_id, trial, status, error, $now FROM {_DONE_VIEW}",

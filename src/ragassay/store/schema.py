@@ -8,6 +8,12 @@ made (or answered from the cache) for a (run, query, trial, item), and is the ju
 ``request_sha`` is never paid again. ``judge_validations`` holds one row per judge validation against human
 labels. ``docs/store.md`` documents the first four tables, ``docs/judges.md`` the judge calls and
 ``docs/judge-validation.md`` the validations.
+
+Version 2 dropped the primary key of ``results``: DuckDB kept its index (about 90 bytes per row) in memory
+until the next checkpoint and rewrote it whole at every checkpoint, which made a 2.3 M-row import hold
+~210 MB of index and a store file five times the size of its data. Uniqueness of (run, query, trial, metric)
+is now kept by the writer (``Store.write_batch``) and checked once per run by ``Store.finish_run``. A
+version-1 store keeps its key and is read and written as before.
 """
 
 from __future__ import annotations
@@ -15,7 +21,10 @@ from __future__ import annotations
 import pyarrow as pa
 
 # Bump when a table or column changes; an unknown version refuses to open rather than misread data.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Versions this ragassay reads and writes; in version 1 ``results`` carries its primary key.
+READABLE_VERSIONS = (1, 2)
+KEYED_RESULTS_VERSION = 1
 
 RUN_STATUSES = ("running", "complete", "failed")
 QUERY_STATUSES = ("done", "error")
@@ -64,8 +73,7 @@ CREATE TABLE results (
     tokens_in       INTEGER,
     tokens_out      INTEGER,
     cost            DOUBLE,
-    trace_id        VARCHAR,
-    PRIMARY KEY (run_id, query_id, trial, metric)
+    trace_id        VARCHAR
 );
 CREATE TABLE query_status (
     run_id     VARCHAR NOT NULL,
