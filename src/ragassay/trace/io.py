@@ -27,6 +27,7 @@ import pyarrow.json as pj
 from pydantic import ValidationError
 
 from ragassay.errors import SchemaError
+from ragassay.trace._arrow_batch import Part, concat_parts, read_lines, select
 from ragassay.trace.schema import RunHeader, Trace, Unit, UnitColumns
 
 
@@ -522,43 +523,28 @@ class TraceBatchReader:
 
     def _batch(self, pending: list[tuple[int, bytes]], span: tuple[int, int, int], replay: bool) -> TraceBatch:
         problems: list[Problem] = []
-        cands: list[tuple[int, dict, Trace]] = []
         blobs = dict(pending)
         self._coerced = set()
         was_enabled = gc.isenabled()
-        gc.disable()  # parsing allocates millions of acyclic dicts; generation scans would free nothing
+        gc.disable()  # parsing allocates millions of acyclic objects; generation scans would free nothing
         try:
-            for lineno, blob in pending:
-                try:
-                    rec = orjson.loads(blob)
-                    counted = True
-                except orjson.JSONDecodeError:
-                    rec, problem, counted = _parse_line(lineno, blob)
-                    if problem is not None:
-                        problems.append(problem)
-                if type(rec) is not dict:
-                    if rec is not None:
-                        problems.append(Problem(lineno, f"expected a JSON object, got {type(rec).__name__}"))
-                    if not replay:
-                        self.n_records += counted
-                    continue
-                if not replay:
-                    self.n_records += counted
-                kind = rec.pop("type", None)
-                if kind == "header":
-                    if not replay:
-                        self._read_header(lineno, rec, problems)
-                    continue
-                if kind != "trace":
-                    problems.append(Problem(lineno, f"unknown record type {kind!r}; expected 'header' or 'trace'"))
-                    continue
-                try:
-                    cands.append((lineno, rec, Trace.model_validate(_strip(rec))))
-                except ValidationError:
-                    self._slow(lineno, blobs[lineno], cands, problems)
-            cols = self._validated(cands, problems, blobs)
+            # line 1 (the header, perhaps behind a byte-order mark) is always read the slow way
+            fast, rest = read_lines([lb for lb in pending if lb[0] != 1])
+            if pending and pending[0][0] == 1:
+                rest.insert(0, pending[0])
+            if not replay:
+                self.n_records += len(fast.traces)
+            cands = self._records(rest, problems, blobs, replay)
+            if cands:
+                cols = self._validated(cands, problems, blobs)  # edits cands: it must run first
+                slow = Part(np.asarray([c[0] for c in cands], dtype=np.int64), [m for _, _, m in cands], *cols)
+                part = concat_parts([fast, slow])
+                if fast.traces:
+                    part = select(part, np.argsort(part.lines, kind="stable"))
+            else:
+                part = fast
             keep = []
-            for i, (lineno, _, m) in enumerate(cands):
+            for i, (lineno, m) in enumerate(zip(part.lines.tolist(), part.traces, strict=True)):
                 if replay:
                     if self.lines.get(m.key) == lineno:
                         keep.append(i)
@@ -568,18 +554,49 @@ class TraceBatchReader:
                 else:
                     self.lines[m.key] = lineno
                     keep.append(i)
-            if len(keep) < len(cands):
-                cands = [cands[i] for i in keep]
-                cols = self._validated(cands, problems, blobs)
+            if len(keep) < len(part.traces):
+                part = select(part, np.asarray(keep, dtype=np.int64))
         finally:
             if was_enabled:
                 gc.enable()
         if not replay:
             problems.sort(key=lambda p: p.line)
             self.problems.extend(problems)
-            self.n_traces += len(cands)
-        units, list_trace, tokens = cols
-        return TraceBatch([m for _, _, m in cands], [ln for ln, _, _ in cands], units, list_trace, tokens, span)
+            self.n_traces += len(part.traces)
+        return TraceBatch(part.traces, part.lines.tolist(), part.units, part.list_trace, part.tokens, span)
+
+    def _records(self, lines: list[tuple[int, bytes]], problems: list[Problem], blobs: dict[int, bytes],
+                 replay: bool) -> list[tuple[int, dict, Trace]]:
+        """The lines Arrow handed back, read with orjson (the json module where orjson refuses) and the
+        record without its units validated by :class:`Trace`; a record that fails goes to :meth:`_slow`."""
+        cands: list[tuple[int, dict, Trace]] = []
+        for lineno, blob in lines:
+            try:
+                rec = orjson.loads(blob)
+                counted = True
+            except orjson.JSONDecodeError:
+                rec, problem, counted = _parse_line(lineno, blob)
+                if problem is not None:
+                    problems.append(problem)
+            if not replay:
+                self.n_records += counted
+            if type(rec) is not dict:
+                if rec is not None:
+                    problems.append(Problem(lineno, f"expected a JSON object, got {type(rec).__name__}"))
+                continue
+            kind = rec.pop("type", None)
+            if kind == "header":
+                if not replay:
+                    self._read_header(lineno, rec, problems)
+                continue
+            if kind != "trace":
+                problems.append(Problem(lineno, f"unknown record type {kind!r}; expected 'header' or 'trace'"))
+                continue
+            try:
+                cands.append((lineno, rec, Trace.model_validate(_strip(rec))))
+            except ValidationError:
+                self._slow(lineno, blobs[lineno], cands, problems)
+        return cands
 
     def _read_header(self, lineno: int, rec: dict, problems: list[Problem]) -> None:
         if lineno != 1 or self.header is not None:

@@ -1,0 +1,523 @@
+"""Trace lines read once, by pyarrow's C++ JSON reader: record fields and units from one Arrow table.
+
+:func:`read_lines` parses a batch's lines into one table and validates every record as columns: the
+exact JSON types and ranges :class:`~ragassay.trace.schema.Trace` and :class:`Unit` accept without
+coercion, required fields, unknown keys and the cross-field rules of ``Trace._consistent``. A record
+passes only when the model would accept it with the same values; every other record (and every line of
+a piece Arrow cannot read) is handed back, and the caller reads it the slow way (orjson, the json module,
+pydantic), which is what decides its problem message.
+
+Arrow cannot tell an absent key from an explicit ``null``; the model can (``"fused": null`` is an error,
+no ``fused`` is ``[]``). So a null where the two differ passes only when the line does not contain the
+key's quoted name at all, and a line with an escaped key (``"tri\\u0061l"``) is handed back, which makes
+that byte test exact.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from ragassay.trace.schema import Citation, Trace, UnitColumns
+
+_BIG = 2**53
+_UNIT_TYPES = {"unit_id": pa.string(), "doc_id": pa.string(), "start": pa.int64(), "end": pa.int64(),
+               "score": pa.float64(), "rank": pa.int64(), "text": pa.string(), "tokens": pa.int64()}
+_UNIT_LIST = pa.list_(pa.struct(list(_UNIT_TYPES.items())))
+_LISTS = ("fused", "reranked", "packed", "cut")
+# Record fields whose JSON type is fixed; the free-form ones (branches, citations, durations_ms, meta) are
+# inferred per piece and their inferred types checked.
+_SCHEMA = pa.schema([("type", pa.string()), ("trace_id", pa.string()), ("query_id", pa.string()),
+                     ("trial", pa.int64()), ("question", pa.string()), ("fused", _UNIT_LIST),
+                     ("reranked", _UNIT_LIST), ("packed", _UNIT_LIST), ("packed_tokens", pa.int64()),
+                     ("cut", _UNIT_LIST), ("answer", pa.string()), ("outcome", pa.string()),
+                     ("error", pa.string()), ("tokens_in", pa.int64()), ("tokens_out", pa.int64()),
+                     ("cost", pa.float64())])
+_TOP = frozenset(Trace.model_fields) | {"type"}
+_OUTCOMES = pa.array(["answered", "abstained", "refused", "error"])
+# A key containing an escape: from a backslash's escape pair, string characters up to a quote followed by
+# a colon. Every key with an escape matches (at its last escape); a value never does unless it contains an
+# escaped quote, which only costs that line the slow path.
+_ESCAPED_KEY = re.compile(rb'\\.(?:[^"\\]|\\.)*"\s*:')
+_MIN_PIECE = 64  # a failing piece this small is handed back whole rather than split again
+_PARSE = pj.ParseOptions(explicit_schema=_SCHEMA, newlines_in_values=False, unexpected_field_behavior="infer")
+_TRACE_FIELDS_SET = set(Trace.model_fields)  # one shared set, as trusted_units does for Unit
+
+
+@dataclass
+class Part:
+    """Valid traces (stripped of units, as the batch reader yields them) with their lines and unit columns."""
+
+    lines: np.ndarray
+    traces: list[Trace]
+    units: UnitColumns
+    list_trace: np.ndarray
+    tokens: np.ndarray
+
+
+def empty_part() -> Part:
+    z = np.zeros(0, dtype=np.int64)
+    return Part(z, [], UnitColumns([], [], z, [], [], z, z, np.zeros(0), np.zeros(0, dtype=bool), None), z,
+                np.zeros(0))
+
+
+def concat_parts(parts: list[Part]) -> Part:
+    parts = [p for p in parts if p.traces]
+    if len(parts) <= 1:
+        return parts[0] if parts else empty_part()
+    base = np.cumsum([0] + [len(p.traces) for p in parts])[:-1]
+    us = [p.units for p in parts]
+    texts = [u.text for u in us]
+    text = None if all(t is None for t in texts) else [
+        x for u, t in zip(us, texts, strict=True) for x in (t if t is not None else [None] * len(u.start))]
+    units = UnitColumns(keys=[k for u in us for k in u.keys], fields=[f for u in us for f in u.fields],
+                        lengths=np.concatenate([u.lengths for u in us]),
+                        unit_id=[x for u in us for x in u.unit_id], doc_id=[x for u in us for x in u.doc_id],
+                        start=np.concatenate([u.start for u in us]), end=np.concatenate([u.end for u in us]),
+                        score=np.concatenate([u.score for u in us]),
+                        has_score=np.concatenate([u.has_score for u in us]), text=text)
+    return Part(np.concatenate([p.lines for p in parts]), [t for p in parts for t in p.traces], units,
+                np.concatenate([p.list_trace + b for p, b in zip(parts, base, strict=True)]),
+                np.concatenate([p.tokens for p in parts]))
+
+
+def select(p: Part, idx: np.ndarray) -> Part:
+    """The traces ``idx`` of ``p`` in that order, with their lists and units."""
+    pos = np.full(len(p.traces), -1, dtype=np.int64)
+    pos[idx] = np.arange(len(idx))
+    u = p.units
+    new_trace = pos[p.list_trace] if len(p.list_trace) else np.zeros(0, dtype=np.int64)
+    lists = np.flatnonzero(new_trace >= 0)
+    lists = lists[np.argsort(new_trace[lists], kind="stable")]
+    lengths = u.lengths[lists]
+    first = (np.cumsum(u.lengths) - u.lengths)[lists]
+    take = np.repeat(first - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+    text = None if u.text is None else [u.text[i] for i in take]
+    units = UnitColumns(keys=[u.keys[i] for i in lists], fields=[u.fields[i] for i in lists], lengths=lengths,
+                        unit_id=[u.unit_id[i] for i in take], doc_id=[u.doc_id[i] for i in take],
+                        start=u.start[take], end=u.end[take], score=u.score[take], has_score=u.has_score[take],
+                        text=text if text is not None and any(x is not None for x in text) else None)
+    return Part(p.lines[idx], [p.traces[i] for i in idx], units, new_trace[lists], p.tokens[take])
+
+
+def read_lines(lines: list[tuple[int, bytes]]) -> tuple[Part, list[tuple[int, bytes]]]:
+    """The valid trace records among ``lines`` (line number, bytes) read through Arrow, and the lines
+    handed back for the slow path (in their original order)."""
+    parts: list[Part] = []
+    rest: list[tuple[int, bytes]] = []
+    eligible = []
+    for lineno, blob in lines:
+        body = blob.rstrip(b" \t\r\n")
+        # one JSON object per line; anything else (blank, header-less BOM, arrays) is the slow path's
+        if body[:1] == b"{" and body[-1:] == b"}":
+            eligible.append((lineno, body))
+        else:
+            rest.append((lineno, blob))
+    _pieces(eligible, parts, rest)
+    rest.sort(key=lambda x: x[0])
+    part = concat_parts(parts)
+    if len(parts) > 1:
+        part = select(part, np.argsort(part.lines, kind="stable"))
+    return part, rest
+
+
+def _pieces(lines: list[tuple[int, bytes]], parts: list[Part], rest: list[tuple[int, bytes]]) -> None:
+    """Parse ``lines`` as one table, or split it in halves until each half parses (a line Arrow rejects —
+    not UTF-8, a duplicate key, a value of another type — ends up in a small piece handed back)."""
+    if not lines:
+        return
+    table = _parse([b for _, b in lines])
+    if table is None:
+        if len(lines) <= _MIN_PIECE:
+            rest.extend(lines)
+            return
+        half = len(lines) // 2
+        _pieces(lines[:half], parts, rest)
+        _pieces(lines[half:], parts, rest)
+        return
+    part, slow = _validate(table, lines)
+    parts.append(part)
+    rest.extend(lines[i] for i in np.flatnonzero(slow))
+
+
+def _parse(blobs: list[bytes]) -> pa.Table | None:
+    data = b"\n".join(blobs)
+    try:
+        table = pj.read_json(pa.BufferReader(data),
+                             read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 16, len(data) + 1)),
+                             parse_options=_PARSE)
+    except (pa.ArrowException, UnicodeDecodeError):
+        return None
+    # A line holding two objects would shift every later row; lines start with '{' and end with '}', so
+    # no object spans two lines and equal counts mean one row per line.
+    return table if table.num_rows == len(blobs) else None
+
+
+def _np(arr: pa.Array, fill) -> np.ndarray:
+    return pc.fill_null(arr, fill).to_numpy(zero_copy_only=False)
+
+
+def _valid(arr: pa.Array) -> np.ndarray:
+    return arr.is_valid().to_numpy(zero_copy_only=False)
+
+
+def _in_range(arr: pa.Array, lo: int, hi: int) -> np.ndarray:
+    """Per value: null, or an integer in [lo, hi]."""
+    v = _np(arr, lo)
+    return (v >= lo) & (v <= hi)
+
+
+class _Rows:
+    """Per-row bookkeeping of one piece: which rows are handed back, and the byte test for a key."""
+
+    def __init__(self, blobs: list[bytes]):
+        self.blobs = blobs
+        self.slow = np.asarray([b"\\" in b and _ESCAPED_KEY.search(b) is not None for b in blobs], dtype=bool)
+
+    def mentions(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Of the rows flagged in ``rows``, those whose line contains the quoted key ``name``."""
+        out = np.zeros(len(self.blobs), dtype=bool)
+        if '"' in name or "\\" in name or not name.isprintable():
+            out[rows] = True
+            return out
+        key = b'"' + name.encode() + b'"'
+        for i in np.flatnonzero(rows):
+            out[i] = key in self.blobs[i]
+        return out
+
+    def null_is_absent(self, name: str, present: np.ndarray) -> None:
+        """A null where the model tells an explicit null (an error) from an absent key (a default)."""
+        self.slow |= self.mentions(name, ~present)
+
+    def unknown_children(self, arr: pa.Array, known: frozenset[str], owner: np.ndarray) -> None:
+        """Keys the model forbids, in the struct ``arr`` (rows of ``owner``): any row mentioning one."""
+        for f in arr.type:
+            if f.name not in known:
+                self.slow |= self.mentions(f.name, np.ones(len(self.blobs), dtype=bool) if owner is None else owner)
+
+
+def _column(table: pa.Table, name: str) -> pa.Array | None:
+    if name not in table.column_names:
+        return None
+    col = table.column(name)
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
+def _list_units(arr: pa.Array, rows: _Rows) -> tuple[pa.Array, np.ndarray, np.ndarray] | None:
+    """A list-of-units column: (flat struct values cast to the unit types, per-row offsets, per-row
+    lengths); rows with a unit the model would not take as it is are flagged slow. None when the column's
+    type is no list (every row with a value is flagged)."""
+    n = len(arr)
+    present = _valid(arr)
+    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+        rows.slow |= present
+        return None
+    offsets = arr.offsets.to_numpy().astype(np.int64)
+    lengths = np.where(present, np.diff(offsets), 0)
+    values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    offsets = offsets - offsets[0]
+    owner = np.repeat(np.arange(n), np.diff(offsets))
+    bad = np.zeros(len(values), dtype=bool)
+    if pa.types.is_null(values.type):
+        bad[:] = True
+        values = pa.StructArray.from_arrays([pa.nulls(len(values), t) for t in _UNIT_TYPES.values()],
+                                            names=list(_UNIT_TYPES))
+    elif not pa.types.is_struct(values.type):
+        bad[:] = True
+        values = pa.StructArray.from_arrays([pa.nulls(len(values), t) for t in _UNIT_TYPES.values()],
+                                            names=list(_UNIT_TYPES))
+    else:
+        bad |= ~_valid(values)
+        has_unit = np.zeros(n, dtype=bool)
+        has_unit[owner] = True
+        rows.unknown_children(values, frozenset(_UNIT_TYPES), has_unit)
+        children = {}
+        for key, typ in _UNIT_TYPES.items():
+            child = values.field(key) if values.type.get_field_index(key) >= 0 else pa.nulls(len(values), typ)
+            if child.type != typ and not (pa.types.is_null(child.type)
+                                          or (key == "score" and pa.types.is_int64(child.type))):
+                bad |= _valid(child)  # a value of another JSON type: the model decides
+                child = pa.nulls(len(values), typ)
+            children[key] = child.cast(typ, safe=False)  # an int score rounds as float(int) does
+        for key in ("unit_id", "doc_id"):
+            bad |= ~_np(pc.greater(pc.binary_length(children[key]), 0), False)
+        for key in ("start", "end"):
+            bad |= ~_valid(children[key]) | ~_in_range(children[key], -_BIG, _BIG)
+        bad |= ~_in_range(children["rank"], 1, _BIG) | ~_in_range(children["tokens"], 0, _BIG)
+        score = _np(children["score"], 1.0)
+        # a JSON -0 is int 0 to the json module (score 0.0) but -0.0 to Arrow
+        bad |= (score == 0) & np.signbit(score)
+        values = pa.StructArray.from_arrays(list(children.values()), names=list(children))
+    rows.slow |= np.bincount(owner[bad], minlength=n).astype(bool) if len(owner) else np.zeros(n, dtype=bool)
+    return values, offsets, lengths
+
+
+def _validate(table: pa.Table, lines: list[tuple[int, bytes]]) -> tuple[Part, np.ndarray]:
+    """(the rows that pass, as a Part; per row whether it is handed back)."""
+    n = table.num_rows
+    rows = _Rows([b for _, b in lines])
+    col = {name: _column(table, name) for name in table.column_names}
+    for name in col:
+        if name not in _TOP:
+            rows.slow |= rows.mentions(name, np.ones(n, dtype=bool))
+    rows.slow |= ~_np(pc.equal(col["type"], "trace"), False)
+    for name in ("trace_id", "query_id"):
+        rows.slow |= ~_np(pc.greater(pc.binary_length(col[name]), 0), False)
+    for name, lo in (("trial", 0), ("packed_tokens", 0)):
+        rows.null_is_absent(name, _valid(col[name]))
+        rows.slow |= ~_in_range(col[name], lo, _BIG)
+    for name in ("tokens_in", "tokens_out"):
+        rows.slow |= ~_in_range(col[name], 0, _BIG)
+    cost = _np(col["cost"], 0.0)
+    rows.slow |= ~(np.isfinite(cost) & (cost >= 0)) | ((cost == 0) & np.signbit(cost))
+    outcome = col["outcome"]
+    rows.slow |= ~_np(pc.or_(pc.is_null(outcome), pc.is_in(outcome, _OUTCOMES)), False)
+    # Trace._consistent
+    rows.slow |= _np(pc.equal(outcome, "error"), False) & ~_np(pc.greater(pc.binary_length(col["error"]), 0), False)
+    rows.slow |= _np(pc.equal(outcome, "answered"), False) & ~_valid(col["answer"])
+
+    # the unit lists: (source name, flat values, offsets, lengths); branches first, in the batch's key order
+    sources: list[tuple[str, pa.Array, np.ndarray, np.ndarray]] = []
+    branch_names: list[str] = []
+    branch_present: list[np.ndarray] = []
+    branches = col.get("branches")
+    if branches is not None:
+        present = _valid(branches)
+        rows.null_is_absent("branches", present)
+        if pa.types.is_struct(branches.type):
+            for f in branches.type:
+                child = branches.field(f.name)
+                child_present = present & _valid(child)
+                rows.null_is_absent(f.name, child_present | ~present)
+                got = _list_units(child, rows)
+                if got is not None:
+                    sources.append(("branches." + f.name, *got))
+                branch_names.append(f.name)
+                branch_present.append(child_present)
+        elif not pa.types.is_null(branches.type):
+            rows.slow |= present
+    for name in _LISTS:
+        arr = col[name]
+        if name != "reranked":
+            rows.null_is_absent(name, _valid(arr))
+        sources.append((name, *_list_units(arr, rows)))
+    packed_src = sources[-2]
+    tok = _np(packed_src[1].field("tokens"), -1)
+    seg = np.repeat(np.arange(n), np.diff(packed_src[2]))
+    known = np.bincount(seg, weights=tok >= 0, minlength=n)
+    total = np.bincount(seg, weights=np.maximum(tok, 0), minlength=n)
+    rows.slow |= (packed_src[3] > 0) & (known == packed_src[3]) & (total != _np(col["packed_tokens"], 0))
+
+    citations = _citations(col.get("citations"), rows)
+    durations = _durations(col.get("durations_ms"), rows)
+    meta = col.get("meta")
+    meta_present = np.zeros(n, dtype=bool)
+    if meta is not None:
+        meta_present = _valid(meta)
+        rows.null_is_absent("meta", meta_present)
+        if not pa.types.is_struct(meta.type):
+            rows.slow |= meta_present
+    # the order of a record's branches is its own; Arrow keeps the piece's first-seen order, so a record
+    # with several reads its key order (and any meta, whose JSON Arrow cannot give back) with orjson
+    n_branches = np.sum(branch_present, axis=0) if branch_present else np.zeros(n, dtype=np.int64)
+    looked = (~rows.slow) & ((n_branches > 1) | meta_present)
+    extra: dict[int, dict] = {}
+    for i in np.flatnonzero(looked):
+        try:
+            rec = orjson.loads(rows.blobs[i])
+        except orjson.JSONDecodeError:
+            rows.slow[i] = True
+            continue
+        if meta_present[i] and type(rec.get("meta")) is not dict:
+            rows.slow[i] = True
+            continue
+        extra[int(i)] = rec
+    ok = ~rows.slow
+    return _build(table, col, lines, ok, sources, branch_names, branch_present, citations, durations, extra), ~ok
+
+
+def _citations(arr: pa.Array | None, rows: _Rows) -> list | None:
+    """Per row the Citation list (None for a row handed back), or None when no row has the key."""
+    n = len(rows.blobs)
+    if arr is None:
+        return None
+    present = _valid(arr)
+    rows.null_is_absent("citations", present)
+    if pa.types.is_null(arr.type):
+        return None
+    if not pa.types.is_list(arr.type):
+        rows.slow |= present
+        return None
+    offsets = arr.offsets.to_numpy().astype(np.int64)
+    values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    owner = np.repeat(np.arange(n), np.diff(offsets))
+    vt = values.type
+    new, setattr_ = object.__new__, object.__setattr__
+    if pa.types.is_string(vt):
+        bad = ~_np(pc.greater(pc.binary_length(values), 0), False)
+        fields = [values.to_pylist(), [None] * len(values), [None] * len(values), [None] * len(values)]
+        fields_set = {"unit_id"}
+    elif pa.types.is_struct(vt):
+        bad = ~_valid(values)
+        has = np.zeros(n, dtype=bool)
+        has[owner] = True
+        rows.unknown_children(values, frozenset(Citation.model_fields), has)
+        kids = {}
+        for key, typ in (("unit_id", pa.string()), ("doc_id", pa.string()), ("start", pa.int64()),
+                         ("end", pa.int64())):
+            child = values.field(key) if vt.get_field_index(key) >= 0 else pa.nulls(len(values), typ)
+            if child.type != typ and not pa.types.is_null(child.type):
+                bad |= _valid(child)
+                child = pa.nulls(len(values), typ)
+            kids[key] = child.cast(typ)
+        bad |= ~_np(pc.greater(pc.binary_length(kids["unit_id"]), 0), False)
+        s, e = kids["start"], kids["end"]
+        sv, ev = _valid(s), _valid(e)
+        bad |= (sv != ev) | (_np(s, 0) < 0) | (_np(e, 0) < _np(s, 0))
+        fields = [kids[k].to_pylist() for k in ("unit_id", "doc_id", "start", "end")]
+        fields_set = None
+    elif pa.types.is_null(vt):
+        bad = np.ones(len(values), dtype=bool)
+        fields, fields_set = [[]] * 4, None
+    else:
+        rows.slow |= present
+        return None
+    rows.slow |= np.bincount(owner[bad], minlength=n).astype(bool) if len(owner) else np.zeros(n, dtype=bool)
+    objs = []
+    for i, (uid, doc, s_, e_) in enumerate(zip(*fields, strict=True)):
+        if bad[i]:
+            objs.append(None)
+            continue
+        c = new(Citation)
+        setattr_(c, "__dict__", {"unit_id": uid, "doc_id": doc, "start": s_, "end": e_})
+        # the keys the record gave, as pydantic records them
+        setattr_(c, "__pydantic_fields_set__", fields_set if fields_set is not None else
+                 {k for k, v in (("unit_id", uid), ("doc_id", doc), ("start", s_), ("end", e_)) if v is not None})
+        setattr_(c, "__pydantic_extra__", None)
+        setattr_(c, "__pydantic_private__", None)
+        objs.append(c)
+    return [objs[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]] if present[i] else [] for i in range(n)]
+
+
+def _durations(arr: pa.Array | None, rows: _Rows) -> list[dict] | None:
+    """Per row the durations_ms dict (keys in the piece's first-seen order), or None when no row has one."""
+    n = len(rows.blobs)
+    if arr is None:
+        return None
+    present = _valid(arr)
+    rows.null_is_absent("durations_ms", present)
+    if pa.types.is_null(arr.type):
+        return None
+    if not pa.types.is_struct(arr.type):
+        rows.slow |= present
+        return None
+    names, cols = [], []
+    for f in arr.type:
+        child = arr.field(f.name)
+        child_present = present & _valid(child)
+        rows.null_is_absent(f.name, child_present | ~present)
+        if pa.types.is_int64(child.type) or pa.types.is_null(child.type):
+            v = _np(child.cast(pa.float64(), safe=False), math.nan)
+        elif pa.types.is_float64(child.type):
+            v = _np(child, math.nan)
+            rows.slow |= child_present & (v == 0) & np.signbit(v)  # a JSON -0 is 0.0 to the model
+        else:
+            rows.slow |= child_present
+            continue
+        rows.slow |= child_present & ~(np.isfinite(v) & (v >= 0))
+        names.append(f.name)
+        cols.append(np.where(child_present, v, math.nan).tolist())
+    out = []
+    isnan = math.isnan
+    for vals in zip(*cols, strict=True) if cols else [()] * n:
+        out.append({k: v for k, v in zip(names, vals, strict=True) if not isnan(v)})
+    return out
+
+
+def _build(table, col, lines, ok, sources, branch_names, branch_present, citations, durations, extra) -> Part:
+    n = table.num_rows
+    idx = np.flatnonzero(ok)
+    lineno = np.asarray([ln for ln, _ in lines], dtype=np.int64)
+    if not len(idx):
+        return empty_part()
+
+    def py(name):
+        return col[name].take(idx).to_pylist()
+
+    qid, trial = py("query_id"), [t if t is not None else 0 for t in py("trial")]
+    keys = list(zip(qid, trial, strict=True))
+    reranked = _valid(col["reranked"])[idx].tolist()
+    packed_tokens = _np(col["packed_tokens"], 0)[idx].tolist()
+    cols_py = {name: py(name) for name in ("trace_id", "question", "answer", "outcome", "error", "tokens_in",
+                                           "tokens_out", "cost")}
+    present = np.asarray(branch_present, dtype=bool).reshape(len(branch_names), n)
+    new, setattr_ = object.__new__, object.__setattr__
+    traces = []
+    for j, i in enumerate(idx.tolist()):
+        rec = extra.get(i)
+        if rec is not None and len(rec.get("branches") or ()) > 1:
+            branches = {k: [] for k in rec["branches"]}
+        else:
+            branches = {name: [] for b, name in enumerate(branch_names) if present[b, i]}
+        t = new(Trace)
+        setattr_(t, "__dict__", {
+            "trace_id": cols_py["trace_id"][j], "query_id": qid[j], "trial": trial[j],
+            "question": cols_py["question"][j], "branches": branches, "fused": [],
+            "reranked": [] if reranked[j] else None, "packed": [], "packed_tokens": packed_tokens[j], "cut": [],
+            "answer": cols_py["answer"][j],
+            "citations": citations[i] if citations is not None else [], "outcome": cols_py["outcome"][j],
+            "error": cols_py["error"][j], "durations_ms": durations[i] if durations is not None else {},
+            "tokens_in": cols_py["tokens_in"][j], "tokens_out": cols_py["tokens_out"][j],
+            "cost": cols_py["cost"][j], "meta": rec["meta"] if rec is not None and "meta" in rec else {}})
+        setattr_(t, "__pydantic_fields_set__", _TRACE_FIELDS_SET)
+        setattr_(t, "__pydantic_extra__", None)
+        setattr_(t, "__pydantic_private__", None)
+        traces.append(t)
+
+    # lists: one per (kept row, source) with units, ordered by row, then the record's order of its lists
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[idx] = np.arange(len(idx))
+    branch_rank: dict[tuple[int, str], int] = {}
+    for i, rec in extra.items():
+        if ok[i] and len(rec.get("branches") or ()) > 1:
+            branch_rank.update({(i, name): r for r, name in enumerate(rec["branches"])})
+    l_row, l_src, l_rank, l_first, l_len = [], [], [], [], []
+    base = 0
+    for s, (name, values, offsets, lengths) in enumerate(sources):
+        rws = np.flatnonzero(ok & (lengths > 0))
+        l_row.append(rws)
+        l_src.append(np.full(len(rws), s))
+        if name.startswith("branches."):
+            fixed = branch_names.index(name.removeprefix("branches."))
+            bn = name.removeprefix("branches.")
+            l_rank.append(np.fromiter((branch_rank.get((int(r), bn), fixed) for r in rws), dtype=np.int64,
+                                      count=len(rws)) if branch_rank else np.full(len(rws), fixed))
+        else:
+            l_rank.append(np.full(len(rws), 1_000_000 + _LISTS.index(name)))
+        l_first.append(base + offsets[rws])
+        l_len.append(lengths[rws])
+        base += len(values)
+    row, src, rank = np.concatenate(l_row), np.concatenate(l_src), np.concatenate(l_rank)
+    order = np.lexsort((rank, row))
+    row, src = row[order], src[order]
+    first, length = np.concatenate(l_first)[order], np.concatenate(l_len)[order]
+    take = pa.array(np.repeat(first - (np.cumsum(length) - length), length) + np.arange(int(length.sum())))
+    flat = {key: pa.concat_arrays([v.field(key) for _, v, _, _ in sources]).take(take) for key in _UNIT_TYPES}
+    names = [name for name, _, _, _ in sources]
+    score, text = flat["score"], flat["text"]
+    list_trace = pos[row]
+    units = UnitColumns(keys=[keys[t] for t in list_trace.tolist()], fields=[names[s] for s in src.tolist()],
+                        lengths=length, unit_id=flat["unit_id"].to_pylist(), doc_id=flat["doc_id"].to_pylist(),
+                        start=flat["start"].to_numpy(zero_copy_only=False),
+                        end=flat["end"].to_numpy(zero_copy_only=False),
+                        score=_np(score, math.nan), has_score=_valid(score),
+                        text=text.to_pylist() if text.null_count < len(text) else None)
+    tokens = _np(flat["tokens"].cast(pa.float64()), math.nan)
+    return Part(lineno[idx], traces, units, list_trace, tokens)
