@@ -55,21 +55,63 @@ def weighted(
     return [(u, score[u]) for u in order[:depth]]
 
 
+class RankedLists:
+    """Ranked (row, score) lists of many queries in three flat arrays.
+
+    Query q's list, best first, is ``rows[offsets[q]:offsets[q + 1]]`` with its ``scores``. Indexing gives
+    that (rows, scores) pair as views, so a batch's lists cost three arrays, not one pair per query.
+    """
+
+    __slots__ = ("offsets", "rows", "scores")
+
+    def __init__(self, offsets: np.ndarray, rows: np.ndarray, scores: np.ndarray):
+        self.offsets, self.rows, self.scores = offsets, rows, scores
+
+    @classmethod
+    def from_pairs(cls, pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> RankedLists:
+        lens = np.fromiter((len(r) for r, _ in pairs), dtype=np.int64, count=len(pairs))
+        offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        rows = np.concatenate([np.asarray(r, dtype=np.int64) for r, _ in pairs]) if len(pairs) else \
+            np.zeros(0, dtype=np.int64)
+        scores = np.concatenate([np.asarray(v, dtype=np.float64) for _, v in pairs]) if len(pairs) else \
+            np.zeros(0, dtype=np.float64)
+        return cls(offsets, rows, scores)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, q: int) -> tuple[np.ndarray, np.ndarray]:
+        a, b = self.offsets[q], self.offsets[q + 1]
+        return self.rows[a:b], self.scores[a:b]
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def query_of_item(self) -> np.ndarray:
+        return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths())
+
+    def ranks(self) -> np.ndarray:
+        """1-based rank of every item within its query's list."""
+        return np.arange(len(self.rows), dtype=np.int64) - np.repeat(self.offsets[:-1], self.lengths()) + 1
+
+
 def fuse_batch(
-    branches: Mapping[str, Sequence[tuple[np.ndarray, np.ndarray]]],
+    branches: Mapping[str, RankedLists | Sequence[tuple[np.ndarray, np.ndarray]]],
     method: str = "rrf",
     k: float = 60.0,
     weights: Mapping[str, float] | None = None,
     depth: int | None = None,
     tiebreak: np.ndarray | None = None,
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """:func:`rrf` / :func:`weighted` for many queries at once, on integer unit rows.
+) -> RankedLists:
+    """:func:`rrf` / :func:`weighted` for many queries at once, on integer unit rows, as array operations.
 
-    ``branches[name][q]`` is query q's (rows, scores) list of that branch, best first, rows unique within
-    it. Same formulas and tie keys as the dict versions; ``tiebreak[row]`` is the rank of the row's
-    unit_id in sorted string order (without it, ties fall to the row number). Contributions are added in
-    sorted branch order with ``np.add.at`` (which applies them in sequence), so every fused score equals
-    the dict version's bit for bit. Returns per query (rows int64, scores float64), at most ``depth`` long.
+    ``branches[name]`` holds each query's (rows, scores) list of that branch, best first, rows unique
+    within it (a :class:`RankedLists` or a sequence of pairs). Same formulas and tie keys as the dict
+    versions; ``tiebreak[row]`` is the rank of the row's unit_id in sorted string order (without it, ties
+    fall to the row number). Every contribution is computed elementwise as the dict version computes it
+    and added in sorted branch order with ``np.add.at`` (which applies them in sequence), so every fused
+    score equals the dict version's bit for bit. Returns each query's (rows int64, scores float64), at
+    most ``depth`` long.
     """
     if method not in ("rrf", "weighted"):
         raise ValueError(f"unknown fusion method {method!r}; use rrf or weighted")
@@ -78,40 +120,50 @@ def fuse_batch(
         unknown = set(w) - set(branches)
         if unknown:
             raise ValueError(f"fusion weights name branches that are not enabled: {sorted(unknown)}")
-    nq = max((len(v) for v in branches.values()), default=0)
+    lists = {b: v if isinstance(v, RankedLists) else RankedLists.from_pairs(v) for b, v in branches.items()}
+    nq = max((len(v) for v in lists.values()), default=0)
     qs, rows, contrib, ranks = [], [], [], []
-    for name in sorted(branches):
-        for q, (r, v) in enumerate(branches[name]):
-            n = len(r)
-            if not n:
-                continue
-            rk = np.arange(1, n + 1, dtype=np.int64)
-            if method == "rrf":
-                c = 1.0 / (k + rk)
-            else:
-                v = np.asarray(v, dtype=np.float64)
-                lo, hi = v.min(), v.max()
-                c = w.get(name, 1.0) * (np.ones(n) if hi == lo else (v - lo) / (hi - lo))
-            qs.append(np.full(n, q, dtype=np.int64))
-            rows.append(np.asarray(r, dtype=np.int64))
-            contrib.append(c)
-            ranks.append(rk)
-    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
+    for name in sorted(lists):
+        lst = lists[name]
+        if not len(lst.rows):
+            continue
+        rk = lst.ranks()
+        if method == "rrf":
+            c = 1.0 / (k + rk)
+        else:
+            lens = lst.lengths()
+            nonempty = lst.offsets[:-1][lens > 0]
+            lo = np.repeat(np.minimum.reduceat(lst.scores, nonempty), lens[lens > 0])
+            hi = np.repeat(np.maximum.reduceat(lst.scores, nonempty), lens[lens > 0])
+            flat = hi == lo
+            norm = np.ones(len(lst.scores))
+            norm[~flat] = (lst.scores[~flat] - lo[~flat]) / (hi[~flat] - lo[~flat])
+            c = w.get(name, 1.0) * norm
+        qs.append(lst.query_of_item())
+        rows.append(lst.rows)
+        contrib.append(c)
+        ranks.append(rk)
     if not qs:
-        return [empty] * nq
+        return RankedLists(np.zeros(nq + 1, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                           np.zeros(0, dtype=np.float64))
     q_all, r_all = np.concatenate(qs), np.concatenate(rows)
-    width = int(r_all.max()) + 1
-    cell, inv = np.unique(q_all * width + r_all, return_inverse=True)
-    score = np.zeros(len(cell), dtype=np.float64)
-    np.add.at(score, inv, np.concatenate(contrib))
-    best = np.full(len(cell), np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(best, inv, np.concatenate(ranks))
-    cq, cr = cell // width, cell % width
+    if len(qs) == 1:
+        # one branch: every (query, row) cell occurs once, already grouped by query
+        cq, cr, score, best = q_all, r_all, contrib[0] + 0.0, ranks[0]
+    else:
+        width = int(r_all.max()) + 1
+        cell, inv = np.unique(q_all * width + r_all, return_inverse=True)
+        score = np.zeros(len(cell), dtype=np.float64)
+        np.add.at(score, inv, np.concatenate(contrib))
+        best = np.full(len(cell), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(best, inv, np.concatenate(ranks))
+        cq, cr = cell // width, cell % width
     tie = cr if tiebreak is None else np.asarray(tiebreak)[cr]
     order = np.lexsort((tie, best, -score, cq))
-    bounds = np.searchsorted(cq[order], np.arange(nq + 1))
-    out = []
-    for q in range(nq):
-        sel = order[bounds[q] : bounds[q + 1]][:depth]
-        out.append((cr[sel], score[sel]))
-    return out
+    cq, cr, score = cq[order], cr[order], score[order]
+    starts = np.searchsorted(cq, np.arange(nq + 1))
+    if depth is not None:
+        keep = np.arange(len(cq)) - starts[cq] < depth
+        cq, cr, score = cq[keep], cr[keep], score[keep]
+        starts = np.searchsorted(cq, np.arange(nq + 1))
+    return RankedLists(starts.astype(np.int64), cr.astype(np.int64), score)

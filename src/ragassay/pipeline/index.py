@@ -10,23 +10,41 @@ from __future__ import annotations
 import numpy as np
 
 
+def top_k_flat(scores: np.ndarray, k: int, positive: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``k`` best entries of every row of a (q, n) score matrix, all rows at once.
+
+    Order within a row: score descending, then column ascending. ``positive`` keeps only scores > 0 (a
+    row may then hold fewer than ``k``). Returns flat ``(offsets (q + 1,), cols, vals)``: row r's entries
+    are ``cols[offsets[r]:offsets[r + 1]]``. One partition finds each row's k-th value; everything at or
+    above it is a candidate, so ties at the boundary resolve by column as a full sort would.
+    """
+    q, n = scores.shape
+    k = min(k, n)
+    if k == 0 or q == 0:
+        return np.zeros(q + 1, dtype=np.int64), np.zeros(0, dtype=np.int64), scores[:0, 0]
+    if k < n:
+        kth = np.partition(scores, n - k, axis=1)[:, n - k : n - k + 1]
+        keep = scores >= kth
+        if positive:
+            keep &= scores > 0
+    else:
+        keep = scores > 0 if positive else np.ones(scores.shape, dtype=bool)
+    r, c = np.nonzero(keep)
+    v = scores[r, c]
+    order = np.lexsort((c, -v, r))
+    r, c, v = r[order], c[order], v[order]
+    starts = np.searchsorted(r, np.arange(q + 1))
+    sel = np.arange(len(r)) - starts[r] < k
+    r, c, v = r[sel], c[sel], v[sel]
+    return np.searchsorted(r, np.arange(q + 1)), c.astype(np.int64), v
+
+
 def _topk_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-k of each row of a (q, n) score matrix: (ids (q, k), scores (q, k)), score desc then id asc."""
     q, n = scores.shape
     k = min(k, n)
-    if k == 0:
-        return np.zeros((q, 0), dtype=np.int64), np.zeros((q, 0), dtype=np.float32)
-    if k < n:
-        # argpartition finds the k-th value; everything >= it is kept so ties at the boundary resolve by id.
-        kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1 : k]
-        ids_out = np.empty((q, k), dtype=np.int64)
-        for r in range(q):
-            cand = np.flatnonzero(scores[r] >= kth[r, 0])
-            order = np.lexsort((cand, -scores[r, cand]))[:k]
-            ids_out[r] = cand[order]
-    else:
-        ids_out = np.lexsort((np.broadcast_to(np.arange(n), scores.shape), -scores), axis=1)[:, :k]
-    return ids_out, np.take_along_axis(scores, ids_out, axis=1)
+    _, cols, vals = top_k_flat(scores, k)
+    return cols.reshape(q, k), vals.reshape(q, k)
 
 
 class ExactIndex:
