@@ -114,10 +114,9 @@ def read_lines(lines: list[tuple[int, bytes]]) -> tuple[Part, list[tuple[int, by
     rest: list[tuple[int, bytes]] = []
     eligible = []
     for lineno, blob in lines:
-        body = blob.rstrip(b" \t\r\n")
-        # one JSON object per line; anything else (blank, header-less BOM, arrays) is the slow path's
-        if body[:1] == b"{" and body[-1:] == b"}":
-            eligible.append((lineno, body))
+        # one JSON object per line; anything else (blank, a byte-order mark, arrays) is the slow path's
+        if blob[:1] == b"{" and (blob[-2:] == b"}\n" or blob.rstrip(b" \t\r\n")[-1:] == b"}"):
+            eligible.append((lineno, blob))
         else:
             rest.append((lineno, blob))
     _pieces(eligible, parts, rest)
@@ -133,7 +132,8 @@ def _pieces(lines: list[tuple[int, bytes]], parts: list[Part], rest: list[tuple[
     not UTF-8, a duplicate key, a value of another type — ends up in a small piece handed back)."""
     if not lines:
         return
-    table = _parse([b for _, b in lines])
+    data = b"".join(b for _, b in lines)  # each line keeps its newline; only the file's last may lack one
+    table = _parse(data, len(lines))
     if table is None:
         if len(lines) <= _MIN_PIECE:
             rest.extend(lines)
@@ -142,13 +142,12 @@ def _pieces(lines: list[tuple[int, bytes]], parts: list[Part], rest: list[tuple[
         _pieces(lines[:half], parts, rest)
         _pieces(lines[half:], parts, rest)
         return
-    part, slow = _validate(table, lines)
+    part, slow = _validate(table, lines, data)
     parts.append(part)
     rest.extend(lines[i] for i in np.flatnonzero(slow))
 
 
-def _parse(blobs: list[bytes]) -> pa.Table | None:
-    data = b"\n".join(blobs)
+def _parse(data: bytes, n_lines: int) -> pa.Table | None:
     try:
         table = pj.read_json(pa.BufferReader(data),
                              read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 16, len(data) + 1)),
@@ -157,7 +156,7 @@ def _parse(blobs: list[bytes]) -> pa.Table | None:
         return None
     # A line holding two objects would shift every later row; lines start with '{' and end with '}', so
     # no object spans two lines and equal counts mean one row per line.
-    return table if table.num_rows == len(blobs) else None
+    return table if table.num_rows == n_lines else None
 
 
 def _np(arr: pa.Array, fill) -> np.ndarray:
@@ -177,30 +176,58 @@ def _in_range(arr: pa.Array, lo: int, hi: int) -> np.ndarray:
 class _Rows:
     """Per-row bookkeeping of one piece: which rows are handed back, and the byte test for a key."""
 
-    def __init__(self, blobs: list[bytes]):
-        self.blobs = blobs
+    def __init__(self, blobs: list[bytes], data: bytes):
+        self.blobs, self.data = blobs, data
+        self._null_keys: set[bytes] | None = None
         self.slow = np.asarray([b"\\" in b and _ESCAPED_KEY.search(b) is not None for b in blobs], dtype=bool)
 
     def mentions(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Of the rows flagged in ``rows``, those whose line contains the quoted key ``name``."""
         out = np.zeros(len(self.blobs), dtype=bool)
+        if not rows.any():
+            return out
         if '"' in name or "\\" in name or not name.isprintable():
             out[rows] = True
             return out
         key = b'"' + name.encode() + b'"'
+        if key not in self.data:  # one search of the piece; rows only when some line has it
+            return out
         for i in np.flatnonzero(rows):
             out[i] = key in self.blobs[i]
         return out
 
     def null_is_absent(self, name: str, present: np.ndarray) -> None:
         """A null where the model tells an explicit null (an error) from an absent key (a default)."""
-        self.slow |= self.mentions(name, ~present)
+        if self._null_keys is None:
+            self._null_keys = _null_keys(self.data)
+        if name.encode() in self._null_keys:
+            self.slow |= self.mentions(name, ~present)
 
     def unknown_children(self, arr: pa.Array, known: frozenset[str], owner: np.ndarray) -> None:
         """Keys the model forbids, in the struct ``arr`` (rows of ``owner``): any row mentioning one."""
         for f in arr.type:
             if f.name not in known:
                 self.slow |= self.mentions(f.name, np.ones(len(self.blobs), dtype=bool) if owner is None else owner)
+
+
+def _null_keys(data: bytes) -> set[bytes]:
+    """Every key written with a literal null value in ``data`` (and some strings that are not keys): for
+    each ``null``, the quoted text before its colon. A key without escapes is always found; a key with one
+    makes its line slow anyway. One search when the piece has no null at all."""
+    out = set()
+    at = data.find(b"null")
+    while at >= 0:
+        j = at - 1
+        while j >= 0 and data[j] in b" \t\r\n":
+            j -= 1
+        if j >= 0 and data[j] == 58:  # ':'
+            j -= 1
+            while j >= 0 and data[j] in b" \t\r\n":
+                j -= 1
+            if j > 0 and data[j] == 34:  # '"'
+                out.add(data[data.rfind(b'"', 0, j) + 1:j])
+        at = data.find(b"null", at + 4)
+    return out
 
 
 def _column(table: pa.Table, name: str) -> pa.Array | None:
@@ -259,10 +286,10 @@ def _list_units(arr: pa.Array, rows: _Rows) -> tuple[pa.Array, np.ndarray, np.nd
     return values, offsets, lengths
 
 
-def _validate(table: pa.Table, lines: list[tuple[int, bytes]]) -> tuple[Part, np.ndarray]:
+def _validate(table: pa.Table, lines: list[tuple[int, bytes]], data: bytes) -> tuple[Part, np.ndarray]:
     """(the rows that pass, as a Part; per row whether it is handed back)."""
     n = table.num_rows
-    rows = _Rows([b for _, b in lines])
+    rows = _Rows([b for _, b in lines], data)
     col = {name: _column(table, name) for name in table.column_names}
     for name in col:
         if name not in _TOP:
@@ -514,10 +541,17 @@ def _build(table, col, lines, ok, sources, branch_names, branch_present, citatio
     score, text = flat["score"], flat["text"]
     list_trace = pos[row]
     units = UnitColumns(keys=[keys[t] for t in list_trace.tolist()], fields=[names[s] for s in src.tolist()],
-                        lengths=length, unit_id=flat["unit_id"].to_pylist(), doc_id=flat["doc_id"].to_pylist(),
+                        lengths=length, unit_id=_strs(flat["unit_id"]), doc_id=_strs(flat["doc_id"]),
                         start=flat["start"].to_numpy(zero_copy_only=False),
                         end=flat["end"].to_numpy(zero_copy_only=False),
                         score=_np(score, math.nan), has_score=_valid(score),
                         text=text.to_pylist() if text.null_count < len(text) else None)
     tokens = _np(flat["tokens"].cast(pa.float64()), math.nan)
     return Part(lineno[idx], traces, units, list_trace, tokens)
+
+
+def _strs(arr: pa.Array) -> list[str]:
+    """A string column without nulls as a list of str, one object per distinct value (ids repeat across
+    lists: one str per distinct id is cheaper to make, and later dict passes over them hash each once)."""
+    d = pc.dictionary_encode(arr)
+    return np.asarray(d.dictionary.to_pylist(), dtype=object)[d.indices.to_numpy()].tolist()
