@@ -6,7 +6,7 @@ with ``--units`` fused units per trace (default 10, not its 50: 1M traces × 50 
 JSON on the way and hours on 2 shared cores). ``--traces`` queries make the golden set; file k of the dataset
 holds every query's trial k, so FILES × TRACES traces are one run.
 
-The cluster is started with ``ray start --head --num-cpus 2`` and the driver is ``ragassay score DIR
+The cluster is started by a helper process (``ray.init(num_cpus=2)``) and the driver is ``ragassay score DIR
 --executor ray:ADDRESS``, its own process: its peak RSS and CPU seconds come from ``os.wait4`` (no Ray
 process is its child). The workers' peak RSS is each worker process's VmHWM read before the cluster stops.
 
@@ -59,6 +59,15 @@ def build(root: Path, files: int, traces: int, units: int) -> dict:
     return {**paths, "dataset": ds}
 
 
+HEAD = """
+import sys, ray
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=300 * 1024 * 1024)
+print(ray.get_runtime_context().gcs_address, flush=True)
+sys.stdin.read()
+ray.shutdown()
+"""
+
+
 def _worker_peaks() -> dict[int, float]:
     """VmHWM (MB) of every Ray worker process alive now, by pid."""
     out = {}
@@ -89,19 +98,14 @@ def main() -> None:
     print(f"inputs: {args.files} files x {args.traces:,} traces, {args.units} fused units each "
           f"({sum(f.stat().st_size for f in paths['dataset'].glob('*.parquet')) / 1e6:.0f} MB Parquet), "
           f"built in {time.perf_counter() - t0:.0f} s", flush=True)
-    ray_bin = str(Path(sys.executable).with_name("ray"))
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "RAY_AUTH_MODE": "disabled",
            "TOKENIZERS_PARALLELISM": "false"}
-    tmp = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # Ray's socket paths must stay short
-    subprocess.run([ray_bin, "start", "--head", "--num-cpus", "2", "--include-dashboard", "false",
-                    "--object-store-memory", str(300 * 1024 * 1024), "--temp-dir", str(tmp)], check=True,
-                   env=env, capture_output=True)
+    # the cluster lives in a helper process of its own and stops when the helper's stdin closes: never
+    # `ray stop`, which would stop every Ray cluster on the machine
+    head = subprocess.Popen([sys.executable, "-c", HEAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env)
     try:
-        import ray
-
-        ray.init(address="auto", log_to_driver=False)
-        address = ray.get_runtime_context().gcs_address
-        ray.shutdown()
+        address = head.stdout.readline().strip()
         store = root / "ray.duckdb"
         store.unlink(missing_ok=True)
         cmd = [str(Path(sys.executable).with_name("ragassay")), "score", str(paths["dataset"]), "--golden",
@@ -124,8 +128,8 @@ def main() -> None:
             watcher.join()
         workers = sorted(peaks.values())[-2:]
     finally:
-        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        head.stdin.close()
+        head.wait()
     info = json.loads(out)["import"]
     load = os.getloadavg()
     print(f"scored {info['n_traces']:,} traces ({info['schema_failures']} problems, {info['missing']} missing) "
