@@ -1,13 +1,15 @@
 """``ragassay trec QRELS RUN``: trec_eval-style scoring of TREC files with ragassay's metric engine.
 
-Importing this module loads only typer and rich; numpy, pyarrow and the metric engine load when the command
-runs, and nothing else of ragassay (no store, analysis, scipy or rapidfuzz) is on its path.
+Importing this module loads only typer; numpy, pyarrow and the metric engine load when the command runs, rich
+only to print a table or a progress bar, and nothing else of ragassay (no store, analysis, scipy, rapidfuzz, nor
+pandas, which pyarrow would load on its own: see :mod:`ragassay.metrics.arrownp`) is on its path.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import typer
@@ -48,25 +50,16 @@ def register(app: typer.Typer) -> None:
         Any ragassay, ir_measures or trec_eval measure name: nDCG@10, ERR@10, "RBP(p=0.8)" (its residual, the
         most unjudged ranks could add, is printed beside it), num_rel_ret, set_F, iprec_at_recall_0.50,
         11pt_avg, infAP, gm_map (geometric mean), dcg@10, ... (docs/metrics.md)."""
-        from ragassay.cli.common import progress
         from ragassay.errors import InputError
         from ragassay.metrics.names import Metric
         from ragassay.metrics.semantics import Semantics
-        from ragassay.metrics.trec import evaluate_trec, read_qrels, read_run
 
         try:
             sem = Semantics.trec_eval(relevance_level=relevance_level, gain=gain, ties=ties)
             metrics = [Metric.parse(m) for m in metric]
             # a bar only where reading and joining take long enough to wonder (and never in --json or a pipe)
             large = run.is_file() and run.stat().st_size >= PROGRESS_BYTES
-            with progress(enabled=large and not as_json) as bar:
-                step = bar.add_task("reading qrels", total=3)
-                q = read_qrels(qrels)
-                bar.update(step, advance=1, description="reading run")
-                r = read_run(run)
-                bar.update(step, advance=1, description="joining and scoring")
-                results, coverage = evaluate_trec(q, r, metrics, sem)
-                bar.update(step, advance=1)
+            results, coverage = _scored(qrels, run, metrics, sem, bar=large and not as_json and sys.stderr.isatty())
         except InputError as exc:
             for line in str(exc).splitlines():
                 typer.echo(f"error: {line}", err=True)
@@ -100,6 +93,25 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
             return
         _print(results, coverage, sem, mean, per_query, undefined_as_zero, run, qrels)
+
+
+def _scored(qrels: Path, run: Path, metrics, sem, bar: bool):
+    """Read both files and score: (results, coverage), under a progress bar when ``bar``."""
+    from ragassay.metrics.trec import evaluate_trec, read_qrels, read_run
+
+    if not bar:  # rich's progress machinery is ~30 ms of imports, paid only when a bar is shown
+        return evaluate_trec(read_qrels(qrels), read_run(run), metrics, sem)
+    from ragassay.cli.common import progress
+
+    with progress() as bars:
+        step = bars.add_task("reading qrels", total=3)
+        q = read_qrels(qrels)
+        bars.update(step, advance=1, description="reading run")
+        r = read_run(run)
+        bars.update(step, advance=1, description="joining and scoring")
+        scored = evaluate_trec(q, r, metrics, sem)
+        bars.update(step, advance=1)
+    return scored
 
 
 def _print(results, coverage, sem, mean, per_query: bool, undefined_as_zero: bool, run: Path, qrels: Path) -> None:

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from ragassay.errors import InputError, SchemaError
+from ragassay.metrics.arrownp import from_numpy, to_numpy
 from ragassay.metrics.matrix import GradeMatrix, pad_ragged
 from ragassay.metrics.names import Metric
 from ragassay.metrics.retrieval import MetricResult, evaluate
@@ -56,7 +57,7 @@ def _as_string_array(values, what: str) -> pa.Array:
 def _codes(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
     """Integer codes (first-appearance order) and the distinct values."""
     enc = values.dictionary_encode()
-    return enc.indices.to_numpy().astype(np.int64), enc.dictionary
+    return to_numpy(enc.indices).astype(np.int64), enc.dictionary
 
 
 def _groups(values: pa.Array, parallel: bool = True) -> tuple[np.ndarray, pa.Array, np.ndarray | None]:
@@ -73,7 +74,7 @@ def _groups(values: pa.Array, parallel: bool = True) -> tuple[np.ndarray, pa.Arr
     mid = n // 2 if parallel and n >= _PARALLEL_ROWS else n - 1
     tail = _in_background(_changes, values[mid + 1 :], values[mid:-1])
     starts = np.r_[0, _changes(values[1 : mid + 1], values[:mid]) + 1, tail.result() + (mid + 1)]
-    heads = values.take(pa.array(starts))
+    heads = values.take(from_numpy(starts))
     distinct = pc.unique(heads)
     if len(distinct) == len(starts):
         return starts, heads, None
@@ -83,12 +84,12 @@ def _groups(values: pa.Array, parallel: bool = True) -> tuple[np.ndarray, pa.Arr
 
 def _changes(after: pa.Array, before: pa.Array) -> np.ndarray:
     """Positions i where ``after[i] != before[i]``."""
-    return pc.indices_nonzero(pc.not_equal(after, before)).to_numpy().astype(np.int64)
+    return to_numpy(pc.indices_nonzero(pc.not_equal(after, before))).astype(np.int64)
 
 
 def _first_duplicate(group: np.ndarray, values: pa.Array, rows: np.ndarray) -> tuple[int, int] | None:
     """Among ``rows`` (original row numbers), the earliest repeat of a (group, value) pair: (first, repeat)."""
-    sub = pa.table({"g": group, "v": values.take(pa.array(rows)), "row": rows})
+    sub = pa.table({"g": from_numpy(group), "v": values.take(from_numpy(rows)), "row": from_numpy(rows)})
     lists = sub.group_by(["g", "v"]).aggregate([("row", "list")])["row_list"].to_pylist()
     pairs = [sorted(rs)[:2] for rs in lists if len(rs) > 1]
     if not pairs:
@@ -196,10 +197,12 @@ class Qrels:
         by_q = np.lexsort((-g, qc))
         judged = pad_ragged(g[by_q], counts)
         judged.flags.writeable = False  # shared by every grade matrix joined against these labels
+        # StringKeys.take would index with pa.array(order), which makes pyarrow import pandas (0.2 s of start-up)
+        docs = StringKeys(d.take(from_numpy(order)), dk.length[order], dk.head[order], dk.hash[order])
         return cls(
             query_ids=qdict,
             query_objects=np.asarray(qdict.to_pylist(), dtype=object),
-            docs=dk.take(order),
+            docs=docs,
             row=qc[order],
             grades=g[order],
             keys=skeys,
@@ -382,13 +385,15 @@ def _rank_order(
     first = np.flatnonzero(tie)
     if not first.size:
         return order, starts, block_code, None
-    pos = np.union1d(first, first + 1)
+    # first and first + 1 are both ascending; merged without np.union1d, whose np.unique imports numpy.ma
+    both = np.sort(np.concatenate((first, first + 1)), kind="stable")
+    pos = both[np.r_[True, both[1:] != both[:-1]]]
     after_tie = np.zeros(len(pos), dtype=bool)
     after_tie[pos > 0] = tie[pos[pos > 0] - 1]
     group = np.cumsum(~after_tie)  # one id per run of equal scores
     rows = pos if order is None else order[pos]
-    sub = pa.table({"g": group, "d": run.docid.take(pa.array(rows))})
-    perm = pc.sort_indices(sub, sort_keys=[("g", "ascending"), ("d", "descending")]).to_numpy()
+    sub = pa.table({"g": from_numpy(group), "d": run.docid.take(from_numpy(rows))})
+    perm = to_numpy(pc.sort_indices(sub, sort_keys=[("g", "ascending"), ("d", "descending")]))
     if order is None:
         return None, starts, block_code, (pos, rows[perm])
     order[pos] = rows[perm]
@@ -515,7 +520,7 @@ def _join(
     if run_qids.equals(qrels.query_ids):  # the same queries in the same order: no hash lookup needed
         qmap = np.arange(len(run_qids), dtype=np.int64)
     else:
-        qmap = pc.index_in(run_qids, value_set=qrels.query_ids).fill_null(-1).to_numpy().astype(np.int64)
+        qmap = to_numpy(pc.index_in(run_qids, value_set=qrels.query_ids), null=-1).astype(np.int64)
     if n == 0 or not np.any(qmap >= 0):
         if pending_docs is not None:
             pending_docs.result()
@@ -796,7 +801,7 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
     if not pc.all(pc.match_substring_regex(table["rel"], _INTEGER_TEXT)).as_py():
         data = _clean(Path(path).read_bytes(), 4, extra_ok=False)
         raise _first_bad_line(str(path), data, 4, {3: int}, QRELS_FIELDS, extra_ok=False)
-    grades = pc.cast(table["rel"], pa.int64()).to_numpy()
+    grades = to_numpy(pc.cast(table["rel"], pa.int64()))
     return Qrels.from_arrays(table["qid"], table["docid"], grades, source=str(path), line_of=lines)
 
 
@@ -814,7 +819,7 @@ def read_run(path: str | os.PathLike) -> Run:
         extra_ok=True,
     )
     return Run.from_arrays(
-        table["qid"], table["docid"], table["score"].to_numpy(), source=str(path), line_of=lines
+        table["qid"], table["docid"], to_numpy(table["score"]), source=str(path), line_of=lines
     )
 
 
