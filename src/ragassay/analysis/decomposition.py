@@ -36,7 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ragassay.errors import InputError
-from ragassay.stats import bootstrap_deltas, resample_counts
+from ragassay.stats import bootstrap_deltas
+from ragassay.stats.bootstrap import resampled_sums
 from ragassay.store import Store
 
 DEFAULT_CORRECT = "answer_f1>=0.5"
@@ -129,17 +130,16 @@ def _abc(sums: np.ndarray) -> np.ndarray:
     return np.stack([a, h, c1, c0], axis=-1)
 
 
-def _resampled(unit_sums: list[np.ndarray], n_resamples: int, seed: int, chunk: int = 500):
-    """Yield the resampled totals of each (units x cols) array, one paired draw of units per resample.
+def _resampled(unit_sums: np.ndarray, n_resamples: int, seed: int, chunk: int = 500):
+    """Yield the resampled totals of the (units x cols) integer cell sums, one draw of units per resample.
 
-    Chunks hold at most about 32 MB of counts (the generator's stream does not depend on how it is split,
-    so the draws are the same); 500 rows of 100,000 units would be 600 MB of draws and counts at once."""
+    Chunks hold at most about 32 MB of draws (the generator's stream does not depend on how it is split,
+    so the draws are the same); the totals equal ``resample_counts(...) @ unit_sums`` exactly (integers)."""
     rng = np.random.default_rng(seed)
-    k = unit_sums[0].shape[0]
+    k = unit_sums.shape[0]
     chunk = max(1, min(chunk, 4_000_000 // max(k, 1)))
     for start in range(0, n_resamples, chunk):
-        w = resample_counts(rng, k, min(chunk, n_resamples - start))
-        yield [w @ s for s in unit_sums]
+        yield resampled_sums(rng, unit_sums, min(chunk, n_resamples - start))
 
 
 def _ci(draws: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
@@ -180,7 +180,7 @@ def decompose(y, h, query_ids, *, n_resamples: int = DEFAULT_RESAMPLES, confiden
     k = int(unit.max()) + 1
     sums = _cell_sums(y[ok], h[ok], unit, k)
     point = _abc(sums.sum(axis=0))
-    draws = np.concatenate([_abc(t[0]) for t in _resampled([sums], n_resamples, seed)]) if k > 1 else None
+    draws = np.concatenate([_abc(t) for t in _resampled(sums, n_resamples, seed)]) if k > 1 else None
     lo, hi = _ci(draws, confidence) if draws is not None else (np.full(4, np.nan), np.full(4, np.nan))
     counts = {"A": out["n"], "h": out["n"], "c1": out["n_hit"], "c0": out["n_miss"]}
     for j, name in enumerate(names):
@@ -235,7 +235,7 @@ def _paired_split(ya, ha, yb, hb, query_ids, *, n_resamples: int, confidence: fl
     ta, tb = sa.sum(axis=0), sb.sum(axis=0)
     points = [_abc(ta), _abc(tb), _terms(ta, tb)]
     if k > 1:
-        drawn = np.concatenate([t[0] for t in _resampled([both], n_resamples, seed)])
+        drawn = np.concatenate(list(_resampled(both, n_resamples, seed)))
         da, db = drawn[:, :4], drawn[:, 4:]
         bounds = [_ci(x, confidence) for x in (_abc(da), _abc(db), _terms(da, db))]
     else:

@@ -18,6 +18,7 @@ intervals), ch. 16 (bootstrap tests); Field & Welsh (2007) for the cluster boots
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -130,6 +131,44 @@ def _draw(rng: np.random.Generator, k: int, rows: int) -> np.ndarray:
     return rng.integers(0, k, size=(rows, k), dtype=np.int32)
 
 
+def resampled_sums(rng: np.random.Generator, s: np.ndarray, rows: int) -> np.ndarray:
+    """(rows, m) totals ``W @ s`` of the (k, m) integer-valued unit sums ``s`` over ``rows`` resamples, where
+    ``W`` is :func:`resample_counts` of the same generator: the same draws and, since the sums are exact
+    integers, the same figures, computed without building ``W`` (in one compiled pass when it pays).
+    Values that are not integers (or too large to sum exactly) fall back to ``W @ s``."""
+    s = np.asarray(s, dtype=np.float64)
+    k = s.shape[0]
+    draws = _draw(rng, k, rows)
+    exact = np.array_equal(s, np.rint(s)) and k * (np.abs(s).max(initial=0.0)) <= 2.0**52
+    kernel = _kernel(rows * k) if exact else None
+    if kernel is None:
+        return _counts_from_draws(draws, k) @ s
+    out = np.empty((rows, s.shape[1]), dtype=np.float64)
+    kernel(draws, np.ascontiguousarray(s.T), out)
+    return out
+
+
+# The compiled totals (numba) load in about half a second once per process; below this many draws in one
+# bootstrap the numpy path is cheaper overall. RAGASSAY_JIT=1 forces the kernel, 0 forbids it.
+_JIT_DRAWS = 30_000_000
+_KERNEL = None
+
+
+def _kernel(n_draws: int):
+    """The compiled totals function, or None for the numpy path (both give the same values)."""
+    global _KERNEL
+    setting = os.environ.get("RAGASSAY_JIT", "auto")
+    if setting == "0" or (setting != "1" and _KERNEL is None and n_draws < _JIT_DRAWS):
+        return None
+    if _KERNEL is None:
+        try:
+            from ragassay.stats._resample_kernel import resampled_totals
+        except Exception:  # numba missing, broken, or unable to cache here: the numpy path gives the same values
+            return None
+        _KERNEL = resampled_totals
+    return _KERNEL
+
+
 def _counts_from_draws(draws: np.ndarray, k: int, out: np.ndarray | None = None) -> np.ndarray:
     # ``out``: a buffer reused across chunks; a fresh (rows, k) float64 array per chunk is hundreds of MB
     # of new pages for the kernel to fault in and zero, which cost more than the counting.
@@ -171,13 +210,19 @@ def _boot_centered(
     releases the GIL there) while this thread counts and multiplies; the generator is consumed in order, so
     results do not depend on timing, chunk size, thread count or the CPU's BLAS kernels.
     """
-    k = s.shape[0]
+    k, m = s.shape
     s, scale = _exact_grid(s)
-    out = np.empty((n_resamples, s.shape[1]), dtype=np.float64)
+    out = np.empty((n_resamples, m), dtype=np.float64)
     rows = _chunk_rows(k, chunk_size)
     starts = list(range(0, n_resamples, rows))
     unit_sizes_equal = bool(np.all(c == c[0]))
-    buffer = np.empty((min(rows, n_resamples), k), dtype=np.float64)
+    kernel = _kernel(n_resamples * k)
+    if kernel is not None:
+        # the unit sizes (integers) ride along as one more column, so the denominators are exact sums too
+        columns = np.ascontiguousarray(s.T if unit_sizes_equal else np.column_stack([s, c]).T)
+        totals = np.empty((min(rows, n_resamples), columns.shape[0]), dtype=np.float64)
+    else:
+        buffer = np.empty((min(rows, n_resamples), k), dtype=np.float64)
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = pool.submit(_draw, rng, k, min(rows, n_resamples))
         for i, start in enumerate(starts):
@@ -185,11 +230,18 @@ def _boot_centered(
             if i + 1 < len(starts):
                 nxt = starts[i + 1]
                 pending = pool.submit(_draw, rng, k, min(rows, n_resamples - nxt))
-            w = _counts_from_draws(draws, k, buffer)
+            n_rows = draws.shape[0]
+            if kernel is not None:
+                t = totals[:n_rows]
+                kernel(draws, columns, t)  # releases the GIL: the next chunk is drawn meanwhile
+                num = t[:, :m] / scale
+                den = float(k * c[0]) if unit_sizes_equal else t[:, m:]
+            else:
+                w = _counts_from_draws(draws, k, buffer)
+                num = (w @ s) / scale
+                den = float(k * c[0]) if unit_sizes_equal else (w @ c)[:, None]
             del draws
-            num = (w @ s) / scale
-            den = float(k * c[0]) if unit_sizes_equal else (w @ c)[:, None]
-            out[start : start + w.shape[0]] = num / den
+            out[start : start + n_rows] = num / den
     return out
 
 
