@@ -163,3 +163,28 @@ def test_batched_traces_equal_per_query_traces_on_the_demo_configs(bundled, tmp_
     single = [pipe.run_query(q) for q in queries]
     assert [_json(b) for b in batched] == [_json(s) for s in single]
     assert len(batched) == len(queries) and any(t.outcome == "answered" for t in batched)
+
+
+@pytest.mark.parametrize("opts", [{}, {"lowercase": False, "stopwords": None}, {"stemmer": None}])
+def test_analyzer_many_equals_stemming_each_text_on_its_own(opts):
+    import re
+
+    import bm25s.stopwords
+    import Stemmer
+
+    from ragassay.pipeline.analyzer import Analyzer
+
+    an = Analyzer(**opts)
+    rng = np.random.default_rng(9)
+    words = ["Licensing", "licensed", "RUNNING", "runs", "the", "Of", "généralement", "x", "42", "abc_def"]
+    texts = [" ".join(rng.choice(words, size=int(rng.integers(0, 9)))) + "." for _ in range(60)] + ["", "  "]
+    stop = set(bm25s.stopwords.STOPWORDS_EN) if opts.get("stopwords", "en") else set()
+    stem = Stemmer.Stemmer("english") if opts.get("stemmer", "english") else None
+    want = []
+    for t in texts:
+        ws = [w for w in re.findall(r"(?u)\b\w\w+\b", t.lower() if opts.get("lowercase", True) else t)
+              if w not in stop]
+        want.append(stem.stemWords(ws) if stem else ws)
+    assert an.many(texts) == want
+    assert [an(t) for t in reversed(texts)] == want[::-1]  # the memo gives the same stems later
+    assert an.many(iter(texts[:5])) == want[:5]

@@ -54,16 +54,31 @@ class Analyzer:
         self.stopwords_name = stopwords
         self._stop = _stopwords(stopwords) if stopwords else frozenset()
         self._stemmer = Stemmer.Stemmer(stemmer) if stemmer else None
+        self._stems: dict[str, str] = {}
 
     @property
     def name(self) -> str:
         return f"re-w2+;lower={self.lowercase};stem={self.stemmer_name};stop={self.stopwords_name}"
 
     def __call__(self, text: str) -> list[str]:
-        if self.lowercase:
-            text = text.lower()
-        terms = [t for t in _TERM.findall(text) if t not in self._stop]
-        return self._stemmer.stemWords(terms) if self._stemmer else terms
+        return self.many([text])[0]
+
+    def many(self, texts: Iterable[str]) -> list[list[str]]:
+        """The terms of each text, as ``[self(t) for t in texts]``.
+
+        Snowball stems each word on its own, so every distinct word is stemmed once and remembered: a
+        corpus has far fewer distinct words than words (PyStemmer's own cache holds 10,000 and thrashes on
+        a large vocabulary). The memo grows with the vocabulary seen, not with the number of texts.
+        """
+        find, stop = _TERM.findall, self._stop
+        words = [[w for w in find(t.lower() if self.lowercase else t) if w not in stop] for t in texts]
+        if self._stemmer is None:
+            return words
+        memo = self._stems
+        new = list({w for ws in words for w in ws if w not in memo})
+        if new:
+            memo.update(zip(new, self._stemmer.stemWords(new), strict=True))
+        return [[memo[w] for w in ws] for ws in words]
 
 
 class TermStats:

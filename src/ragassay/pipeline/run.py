@@ -126,9 +126,11 @@ class Pipeline:
             self.chunks = chunk_corpus(texts, cfg.chunker.kind, cfg.chunker.size, cfg.chunker.overlap)
             self.build_ms["chunk"] = _ms(t)
             t = time.perf_counter()
-            chunk_terms = [self.analyzer(c.text) for c in self.chunks]
-            sa = self.support_analyzer
-            sentences = [[[a, b, sa(c.text[a:b])] for a, b in sentence_spans(c.text)] for c in self.chunks]
+            chunk_terms = self.analyzer.many(c.text for c in self.chunks)
+            spans = [sentence_spans(c.text) for c in self.chunks]
+            terms = iter(self.support_analyzer.many(c.text[a:b] for c, sp in zip(self.chunks, spans, strict=True)
+                                                    for a, b in sp))
+            sentences = [[[a, b, next(terms)] for a, b in sp] for sp in spans]
             self.build_ms["analyze"] = _ms(t)
             if artifact is not None:
                 save_chunk_artifact(artifact, self.chunks, chunk_terms, sentences)
@@ -434,7 +436,7 @@ class Pipeline:
         try:
             if not cfg.oracle:
                 if self.bm25 is not None:
-                    lists["bm25"] = self._bm25_batch([self.analyzer(q) for q in questions])
+                    lists["bm25"] = self._bm25_batch(self.analyzer.many(questions))
                 if self.dense_index is not None:
                     lists["dense"] = self._dense_batch(questions)
                 f = cfg.fusion
