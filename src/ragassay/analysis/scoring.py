@@ -33,18 +33,21 @@ evidence span of the query (any grade, 0 included); NaN for an empty list.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from ragassay.errors import InputError
 from ragassay.golden import EvidenceIndex, GoldenSet, HitRule
 from ragassay.metrics import GradeMatrix, Semantics, evaluate
-from ragassay.metrics.generation import _f1, normalize_answer
+from ragassay.metrics.generation import answer_tokens, token_f1_codes
 from ragassay.metrics.semantics import tie_rule
 from ragassay.trace import RunHeader, Trace, Unit, UnitCheck, validate_units
+from ragassay.trace.schema import first_index_codes
 
 METRIC_VERSION = "ragassay-metrics-1"
 DEFAULT_CUTOFFS = (1, 5, 10)
@@ -112,6 +115,43 @@ class Labels:
                                           minlength=len(golden.queries)).astype(np.float64)
         self.judged_by_query = {q.query_id: sorted((e.grade for e in q.evidence), reverse=True)
                                 for q in golden.queries}
+        judged = [self.judged_by_query[q.query_id] for q in golden.queries]
+        self._judged_counts = np.fromiter(map(len, judged), dtype=np.int64, count=len(judged))
+        self._judged = _judged_matrix(judged)
+        self.stratum = pa.array([q.stratum for q in golden.queries], pa.string())
+        self._answers: _References | None = None
+
+    def judged_matrix(self, query_codes: np.ndarray) -> np.ndarray:
+        """Each row's labelled grades, descending, NaN-padded to the widest of these rows (at least 1)."""
+        width = int(self._judged_counts[query_codes].max(initial=0)) or 1
+        return self._judged[query_codes, :width]
+
+    @property
+    def references(self) -> _References:
+        """Reference answers as token codes, built on first use (only runs with a generator need them)."""
+        if self._answers is None:
+            self._answers = _References(self.golden)
+        return self._answers
+
+
+class _References:
+    """Per golden query (in golden-set order): answerable, whether it has a reference answer, and the
+    reference's normalized tokens as codes into ``vocab`` (laid end to end, ``offsets`` per query)."""
+
+    def __init__(self, golden: GoldenSet):
+        qs = golden.queries
+        self.answerable = np.fromiter((bool(q.answerable) for q in qs), dtype=bool, count=len(qs))
+        self.has_ref = np.fromiter((bool(q.reference_answer) for q in qs), dtype=bool, count=len(qs))
+        words, counts = answer_tokens([q.reference_answer if q.reference_answer else "" for q in qs])
+        self.codes, self.vocab = first_index_codes(words)
+        self.counts = counts
+        self.offsets = np.cumsum(counts) - counts
+
+    def gather(self, query_codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The reference token codes of these queries end to end, and their counts."""
+        counts = self.counts[query_codes]
+        start = np.repeat(self.offsets[query_codes] - np.cumsum(counts) + counts, counts)
+        return self.codes[start + np.arange(int(counts.sum()))], counts
 
 
 def _tap_of_lists(idx: EvidenceIndex, query_codes: np.ndarray, lists: Sequence[Sequence[Unit]], rule: HitRule,
@@ -213,7 +253,6 @@ def score_traces(golden: GoldenSet, traces: Iterable[Trace], header: RunHeader |
 
     query_codes = np.fromiter((idx.query_codes[q] for q, _ in rows), dtype=np.int64, count=n)
     n_rel = lab.n_rel_by_query[query_codes]
-    judged_lists = [lab.judged_by_query[q] for q, _ in rows]
     sem = opt.semantics()
     final_k = _final_k(header)
 
@@ -233,7 +272,7 @@ def score_traces(golden: GoldenSet, traces: Iterable[Trace], header: RunHeader |
     def ranking(t: _Tap, metrics: list[str]) -> dict[str, np.ndarray]:
         gm = GradeMatrix(query_ids=np.asarray([f"{q}\x00{tr}" for q, tr in rows], dtype=object),
                          grades=t.grades if t.grades.shape[1] else np.full((n, 1), np.nan),
-                         lengths=t.lengths, judged=_judged_matrix(judged_lists),
+                         lengths=t.lengths, judged=lab.judged_matrix(query_codes),
                          missing=np.asarray([rt is None for rt in row_traces]))
         res = evaluate(gm, metrics, sem)
         return {str(m): r.values for m, r in res.items()}
@@ -267,7 +306,8 @@ def score_traces(golden: GoldenSet, traces: Iterable[Trace], header: RunHeader |
         emit("recall@context", np.where(silent, np.nan, context.recall_at(np.inf, relevant_ev, n_rel)))
         emit("context_tokens", np.asarray([_context_tokens(rt) for rt in row_traces], dtype=float))
     if any(rt is not None and rt.outcome is not None for rt in row_traces):
-        for name, values in _generation_rows(golden, rows, row_traces, doc_lengths):
+        for name, values in _generation_rows(lab.references, query_codes, GenerationColumns.from_traces(row_traces),
+                                             doc_lengths):
             emit(name, values)
 
     # per-row context columns, repeated for each metric row
@@ -338,12 +378,13 @@ def rerank_rows(fused: _Tap, final: _Tap, final_k: int, relevant_ev: np.ndarray,
         yield name, np.where(defined, mask.astype(np.float64), np.nan)
 
 
-def _judged_matrix(judged_lists: list[list[int]]) -> np.ndarray:
-    width = max((len(j) for j in judged_lists), default=0) or 1
-    out = np.full((len(judged_lists), width), np.nan)
-    for i, j in enumerate(judged_lists):
-        if j:
-            out[i, :len(j)] = sorted(j, reverse=True)
+def _judged_matrix(judged_lists: Sequence[Sequence[int]]) -> np.ndarray:
+    """Each list (grades already in descending order) as a row, NaN-padded to the longest (at least 1)."""
+    counts = np.fromiter(map(len, judged_lists), dtype=np.int64, count=len(judged_lists))
+    out = np.full((len(judged_lists), int(counts.max(initial=0)) or 1), np.nan)
+    flat = np.fromiter(itertools.chain.from_iterable(judged_lists), dtype=np.float64, count=int(counts.sum()))
+    within = np.arange(len(flat)) - np.repeat(np.cumsum(counts) - counts, counts)
+    out[np.repeat(np.arange(len(counts)), counts), within] = flat
     return out
 
 
@@ -354,8 +395,64 @@ def _final_k(header: RunHeader | None) -> int:
     return int(k) if k else DEFAULT_FINAL_K
 
 
-def _generation_rows(golden: GoldenSet, rows, row_traces, doc_lengths):
-    """Per-query generation metrics.
+# outcome codes of GenerationColumns.outcome; a missing trace is an error
+OUTCOME_CODES = {None: 0, "answered": 1, "abstained": 2, "refused": 3, "error": 4}
+_NONE, _ANSWERED, _ABSTAINED, _REFUSED, _ERROR = range(5)
+
+
+@dataclass
+class GenerationColumns:
+    """What the generation metrics read from each scored row's trace, as columns.
+
+    Per row: ``outcome`` (:data:`OUTCOME_CODES`) and ``answer``. Per citation: its ``cite_row``, unit id,
+    doc id (None when not given), span (``cite_span`` marks the citations that give one). Per packed unit:
+    its ``packed_row``, unit id, doc id and span, each row's units in list order.
+    """
+
+    outcome: np.ndarray
+    answer: Sequence[str | None]
+    cite_row: np.ndarray
+    cite_unit: Sequence[str]
+    cite_doc: Sequence[str | None]
+    cite_start: np.ndarray
+    cite_end: np.ndarray
+    cite_span: np.ndarray
+    packed_row: np.ndarray
+    packed_unit: Sequence[str]
+    packed_doc: Sequence[str]
+    packed_start: np.ndarray
+    packed_end: np.ndarray
+
+    @classmethod
+    def of(cls, outcome: np.ndarray, answer: Sequence[str | None], traces: Sequence[tuple[int, Trace]],
+           packed: tuple[np.ndarray, Sequence[str], Sequence[str], np.ndarray, np.ndarray]) -> GenerationColumns:
+        """Citations from ``traces`` ((row, trace) pairs) and the packed units as (row, unit id, doc id, start,
+        end) columns."""
+        cites = [(i, c) for i, m in traces if m.citations for c in m.citations]
+        k = len(cites)
+        span = np.fromiter((c.start is not None for _, c in cites), dtype=bool, count=k)
+        return cls(outcome, answer, np.fromiter((i for i, _ in cites), dtype=np.int64, count=k),
+                   [c.unit_id for _, c in cites], [c.doc_id for _, c in cites],
+                   np.fromiter((c.start if c.start is not None else 0 for _, c in cites), dtype=np.int64, count=k),
+                   np.fromiter((c.end if c.end is not None else 0 for _, c in cites), dtype=np.int64, count=k),
+                   span, *packed)
+
+    @classmethod
+    def from_traces(cls, row_traces: Sequence[Trace | None]) -> GenerationColumns:
+        present = [(i, rt) for i, rt in enumerate(row_traces) if rt is not None]
+        outcome = np.full(len(row_traces), _ERROR, dtype=np.int8)
+        outcome[[i for i, _ in present]] = [OUTCOME_CODES[rt.outcome] for _, rt in present]
+        units = [(i, u) for i, rt in present for u in rt.packed]
+        k = len(units)
+        packed = (np.fromiter((i for i, _ in units), dtype=np.int64, count=k), [u.unit_id for _, u in units],
+                  [u.doc_id for _, u in units], np.fromiter((u.start for _, u in units), dtype=np.int64, count=k),
+                  np.fromiter((u.end for _, u in units), dtype=np.int64, count=k))
+        return cls.of(outcome, [rt.answer if rt is not None else None for rt in row_traces], present, packed)
+
+
+def _generation_rows(refs: _References, query_codes: np.ndarray, g: GenerationColumns,
+                     doc_lengths: Mapping[str, int] | None) -> list[tuple[str, np.ndarray]]:
+    """Per-query generation metrics, over all rows at once.
 
     - ``answer_f1``, ``answer_em``: SQuAD-normalized token F1 / exact match against the reference answer,
       for answerable queries; an abstention scores 0 (the question had an answer); refusals, errors and
@@ -363,49 +460,62 @@ def _generation_rows(golden: GoldenSet, rows, row_traces, doc_lengths):
     - ``abstention_recall``: on unanswerable queries, 1 when the system abstained, 0 when it answered.
     - ``over_refusal``: on answerable queries, 1 when the system abstained, 0 when it answered.
     - ``refused``, ``error``: 1 when the provider refused / the pipeline failed (or the trace is missing).
-    - ``citation_validity``: share of an answer's citations that resolve to a packed unit whose span lies
-      inside its document; undefined for an answer without citations.
+    - ``citation_validity``: share of an answer's citations that resolve to a packed unit (the last one with
+      that unit id) whose span — the citation's own doc and span where it gives them — lies inside its
+      document; undefined for an answer without citations.
     """
-    n = len(rows)
-    f1 = np.full(n, np.nan)
-    em = np.full(n, np.nan)
-    abst_recall = np.full(n, np.nan)
-    over = np.full(n, np.nan)
-    refused = np.zeros(n)
-    error = np.zeros(n)
-    cite = np.full(n, np.nan)
-    for i, ((qid, _), rt) in enumerate(zip(rows, row_traces, strict=True)):
-        q = golden[qid]
-        outcome = rt.outcome if rt is not None else "error"
-        if outcome == "refused":
-            refused[i] = 1
-            continue
-        if outcome == "error" or outcome is None:
-            error[i] = 1
-            continue
-        abstained = outcome == "abstained"
-        if q.answerable:
-            over[i] = float(abstained)
-            if q.reference_answer and abstained:
-                f1[i] = em[i] = 0.0
-            elif q.reference_answer:
-                # token_f1 and exact_match of one reference, each text normalized once instead of twice
-                pred, ref = normalize_answer(rt.answer or "").split(), normalize_answer(q.reference_answer).split()
-                f1[i], em[i] = _f1(pred, ref), float(pred == ref)
-        else:
-            abst_recall[i] = float(abstained)
-        if rt.citations and not abstained:
-            packed = {u.unit_id: u for u in rt.packed}
-            ok = 0
-            for c in rt.citations:
-                u = packed.get(c.unit_id)
-                if u is None:
-                    continue
-                doc, s, e = (c.doc_id or u.doc_id), (c.start if c.start is not None else u.start), \
-                    (c.end if c.end is not None else u.end)
-                length = doc_lengths.get(doc) if doc_lengths is not None else None
-                if doc_lengths is None or (length is not None and 0 <= s <= e <= length):
-                    ok += 1
-            cite[i] = ok / len(rt.citations)
+    oc = g.outcome
+    answerable, has_ref = refs.answerable[query_codes], refs.has_ref[query_codes]
+    answered, abstained = oc == _ANSWERED, oc == _ABSTAINED
+    live = answered | abstained
+    f1 = np.where(live & answerable & has_ref & abstained, 0.0, np.nan)
+    em = f1.copy()
+    scored = np.flatnonzero(answered & answerable & has_ref)
+    words, counts = answer_tokens([g.answer[i] or "" for i in scored.tolist()])
+    pred = np.fromiter(map(refs.vocab.get, words, itertools.repeat(-1)), dtype=np.int64, count=len(words))
+    gold, gold_counts = refs.gather(query_codes[scored])
+    f1[scored], em[scored] = token_f1_codes(pred, counts, gold, gold_counts)
+    over = np.where(live & answerable, abstained, np.nan)
+    abst_recall = np.where(live & ~answerable, abstained, np.nan)
+    refused = (oc == _REFUSED).astype(np.float64)
+    error = ((oc == _ERROR) | (oc == _NONE)).astype(np.float64)
     return [("answer_f1", f1), ("answer_em", em), ("abstention_recall", abst_recall), ("over_refusal", over),
-            ("refused", refused), ("error", error), ("citation_validity", cite)]
+            ("refused", refused), ("error", error), ("citation_validity", _citation_validity(g, answered, doc_lengths))]
+
+
+def _citation_validity(g: GenerationColumns, answered: np.ndarray,
+                       doc_lengths: Mapping[str, int] | None) -> np.ndarray:
+    """``citation_validity`` per row (see :func:`_generation_rows`); rows of answers that cite something."""
+    n = len(answered)
+    n_cite = np.bincount(g.cite_row, minlength=n)
+    checked = answered & (n_cite > 0)
+    out = np.full(n, np.nan)
+    if not checked.any():
+        return out
+    sel = np.flatnonzero(checked[g.cite_row])
+    n_packed = len(g.packed_unit)
+    codes, _ = first_index_codes(list(g.packed_unit) + [g.cite_unit[i] for i in sel.tolist()])
+    width = max(len(codes), 1)
+    pk = g.packed_row * width + codes[:n_packed]
+    ck = g.cite_row[sel] * width + codes[n_packed:]
+    # the unit a citation resolves to: the last packed unit of its row with its unit id
+    order = np.argsort(pk, kind="stable")
+    sk = pk[order]
+    last = np.ones(len(sk), dtype=bool)
+    last[:-1] = sk[1:] != sk[:-1]
+    uk, ui = sk[last], order[last]
+    j = np.minimum(np.searchsorted(uk, ck), max(len(uk) - 1, 0))
+    found = np.flatnonzero(uk[j] == ck) if len(uk) else np.zeros(0, dtype=np.int64)
+    unit, cite = ui[j[found]], sel[found]
+    span = g.cite_span[cite]
+    s = np.where(span, g.cite_start[cite], g.packed_start[unit])
+    e = np.where(span, g.cite_end[cite], g.packed_end[unit])
+    if doc_lengths is None:
+        ok = np.ones(len(cite), dtype=bool)
+    else:
+        docs = (g.cite_doc[c] or g.packed_doc[u] for c, u in zip(cite.tolist(), unit.tolist(), strict=True))
+        length = np.fromiter((doc_lengths.get(d, -1) for d in docs), dtype=np.int64, count=len(cite))
+        ok = (length >= 0) & (0 <= s) & (s <= e) & (e <= length)
+    valid = np.bincount(g.cite_row[cite[ok]], minlength=n)
+    out[checked] = valid[checked] / n_cite[checked]
+    return out

@@ -16,22 +16,22 @@ extras equal those of scoring the whole file at once (tested), including every p
 
 from __future__ import annotations
 
-import math
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ragassay._gc import gc_paused
 from ragassay.analysis.scoring import (
+    _ERROR,
+    OUTCOME_CODES,
+    GenerationColumns,
     Labels,
     ScoringOptions,
     _final_k,
     _generation_rows,
-    _judged_matrix,
     _Tap,
     final_list_rows,
     ranking_metric_names,
@@ -41,7 +41,7 @@ from ragassay.errors import InputError
 from ragassay.golden import GoldenSet, HitRule
 from ragassay.metrics import GradeMatrix, evaluate
 from ragassay.trace.io import TraceBatch
-from ragassay.trace.schema import Trace, UnitCheck, UnitColumns, first_index_codes, validate_unit_columns
+from ragassay.trace.schema import Trace, UnitCheck, UnitColumns, dense_codes, validate_unit_columns
 from ragassay.trace.sources import open_trace_batches
 
 BATCH_TRACES = 2048
@@ -133,26 +133,31 @@ def _floats(values: np.ndarray) -> pa.Array:
 
 
 def score_known(golden: GoldenSet, labels: Labels, part: _Known, rows: list[tuple[str, int]],
-                row_trace: np.ndarray, structure: Structure, final_k: int, bad: np.ndarray,
+                row_trace: np.ndarray, structure: Structure, final_k: int, check: UnitCheck,
                 doc_lengths: dict[str, int] | None) -> tuple[pa.Table, np.ndarray]:
     """Rows for ``rows`` (trace index per row in ``row_trace``, -1 = no trace) and each row's
-    context_tokens. ``bad`` flags the units that failed validation (credited with nothing)."""
+    context_tokens. ``check`` is the validation of ``part.units``: the units it flags are credited with
+    nothing, and its doc codes are reused."""
     opt = labels.options
     rule = HitRule.parse(opt.hit_rule)
     idx, relevant_ev = labels.index, labels.relevant_ev
     n = len(rows)
-    query_codes = np.fromiter((idx.query_codes[q] for q, _ in rows), dtype=np.int64, count=n)
+    query_codes = np.fromiter(map(idx.query_codes.__getitem__, (q for q, _ in rows)), dtype=np.int64, count=n)
     n_rel = labels.n_rel_by_query[query_codes]
     traces = part.traces
+    nt = len(traces)
     present = row_trace >= 0
-    trace_row = np.full(len(traces), -1, dtype=np.int64)
+    # per-trace arrays get one more entry, for "no trace": row_trace's -1 picks it
+    trace_of_row = np.where(present, row_trace, nt)
+    trace_row = np.full(nt + 1, -1, dtype=np.int64)
     trace_row[row_trace[present]] = np.flatnonzero(present)
     u = part.units
-    doc_first_index, doc_first = first_index_codes(u.doc_id)
-    evidence_code = np.full(len(u.doc_id), -1, dtype=np.int64)
-    for d, i in doc_first.items():
-        evidence_code[i] = idx.doc_codes.get(d, -1)
-    dc_all = evidence_code[doc_first_index]
+    doc_code, doc_ids = ((check.doc_code, check.doc_ids) if len(check.doc_code) == len(u.doc_id)
+                         else dense_codes(u.doc_id))
+    evidence_code = np.fromiter(map(idx.doc_codes.get, doc_ids, itertools.repeat(-1)), dtype=np.int64,
+                                count=len(doc_ids))
+    dc_all = evidence_code[doc_code]
+    bad = check.bad_mask
     dc_all = np.where(bad, -1, dc_all) if len(bad) else dc_all
     fields = np.asarray(u.fields, dtype=object)
     list_row = trace_row[part.list_trace] if len(part.list_trace) else np.zeros(0, dtype=np.int64)
@@ -178,14 +183,13 @@ def score_known(golden: GoldenSet, labels: Labels, part: _Known, rows: list[tupl
         names.append(metric)
         values.append(np.asarray(v, dtype=np.float64))
 
-    missing = ~present
     for b in sorted(structure.branches):
         emit(f"recall@{b}_depth", tap(field_is(f"branches.{b}")).recall_at(np.inf, relevant_ev, n_rel))
     fused = tap(field_is("fused"))
     if structure.retrieval:
         emit("recall@fusion_depth", fused.recall_at(np.inf, relevant_ev, n_rel))
-    reranked_trace = np.fromiter((m.reranked is not None for m in traces), dtype=bool, count=len(traces))
     if structure.rerank:
+        reranked_trace = np.fromiter((m.reranked is not None for m in traces), dtype=bool, count=nt)
         has_rr = reranked_trace[part.list_trace] if len(part.list_trace) else np.zeros(0, dtype=bool)
         final = tap((field_is("reranked") & has_rr) | (field_is("fused") & ~has_rr))
     else:
@@ -193,8 +197,7 @@ def score_known(golden: GoldenSet, labels: Labels, part: _Known, rows: list[tupl
     if structure.retrieval:
         gm = GradeMatrix(query_ids=np.asarray([f"{q}\x00{tr}" for q, tr in rows], dtype=object),
                          grades=final.grades if final.grades.shape[1] else np.full((n, 1), np.nan),
-                         lengths=final.lengths, judged=_judged_matrix([labels.judged_by_query[q] for q, _ in rows]),
-                         missing=missing)
+                         lengths=final.lengths, judged=labels.judged_matrix(query_codes), missing=~present)
         ranked = {str(m): r.values
                   for m, r in evaluate(gm, ranking_metric_names(opt.cutoffs, final_k), opt.semantics()).items()}
         for metric, v in final_list_rows(final, ranked, opt.cutoffs, final_k, relevant_ev, n_rel):
@@ -203,65 +206,50 @@ def score_known(golden: GoldenSet, labels: Labels, part: _Known, rows: list[tupl
         for metric, v in rerank_rows(fused, final, final_k, relevant_ev, n_rel):
             emit(metric, v)
 
-    # per-trace facts, lifted to rows
-    n_lists = np.bincount(part.list_trace, minlength=len(traces)) if len(traces) else np.zeros(0, dtype=np.int64)
+    # per-trace facts (see scoring._context_tokens), lifted to rows; a missing trace delivered 0 tokens
+    n_lists = np.bincount(part.list_trace, minlength=nt)
     packed_sel = field_is("packed")
-    has_packed = np.zeros(len(traces), dtype=bool)
+    has_packed = np.zeros(nt, dtype=bool)
     has_packed[part.list_trace[packed_sel]] = True
     unit_trace = part.list_trace[unit_list] if len(unit_list) else np.zeros(0, dtype=np.int64)
     in_packed = packed_sel[unit_list] if len(unit_list) else np.zeros(0, dtype=bool)
-    unknown_tokens = np.bincount(unit_trace[in_packed], weights=np.isnan(part.tokens[in_packed]),
-                                 minlength=len(traces)) if len(traces) else np.zeros(0)
-    ctx_tokens = np.zeros(n)
-    for i in np.flatnonzero(present):
-        ti = row_trace[i]
-        m = traces[ti]
-        if m.outcome == "error":
-            continue
-        if m.packed_tokens or (has_packed[ti] and unknown_tokens[ti] == 0):
-            ctx_tokens[i] = float(m.packed_tokens)
-        elif has_packed[ti] or n_lists[ti] == 0:
-            ctx_tokens[i] = math.nan
+    unknown_tokens = np.bincount(unit_trace[in_packed], weights=np.isnan(part.tokens[in_packed]), minlength=nt)
+    outcome = np.fromiter(itertools.chain((OUTCOME_CODES[m.outcome] for m in traces), (_ERROR,)), dtype=np.int8,
+                          count=nt + 1)
+    packed_tokens = np.fromiter((m.packed_tokens for m in traces), dtype=np.float64, count=nt)
+    err = outcome[:nt] == _ERROR
+    ctx_tokens = np.select([err, (packed_tokens != 0) | (has_packed & (unknown_tokens == 0)),
+                            has_packed | (n_lists == 0)], [0.0, packed_tokens, np.nan], 0.0)
+    ctx_tokens = np.append(ctx_tokens, 0.0)[trace_of_row]
     if structure.generation:
-        silent = np.zeros(n, dtype=bool)
-        for i in np.flatnonzero(present):
-            ti = row_trace[i]
-            silent[i] = traces[ti].outcome != "error" and n_lists[ti] == 0
+        silent = np.append(~err & (n_lists == 0), False)[trace_of_row]
         context = tap(packed_sel)
         emit("recall@context", np.where(silent, np.nan, context.recall_at(np.inf, relevant_ev, n_rel)))
         emit("context_tokens", ctx_tokens)
     if structure.outcome:
-        row_traces: list[Any] = [None] * n
-        packed_list = dict(zip(part.list_trace[packed_sel].tolist(), np.flatnonzero(packed_sel).tolist(),
-                               strict=True))
-        offsets = np.cumsum(u.lengths) - u.lengths
-        for i in np.flatnonzero(present):
-            m = traces[row_trace[i]]
-            li = packed_list.get(int(row_trace[i])) if m.citations else None
-            row_traces[i] = m if li is None else _with_packed(m, u, int(offsets[li]), int(u.lengths[li]))
-        for name, v in _generation_rows(golden, rows, row_traces, doc_lengths):
+        answers = [m.answer for m in traces] + [None]
+        cited = [(int(trace_row[t]), m) for t, m in enumerate(traces) if m.citations and trace_row[t] >= 0]
+        pu = np.flatnonzero((packed_sel & (list_row >= 0))[unit_list]) if len(unit_list) else unit_list
+        packed = (list_row[unit_list[pu]], [u.unit_id[i] for i in pu.tolist()], [u.doc_id[i] for i in pu.tolist()],
+                  u.start[pu], u.end[pu])
+        gen = GenerationColumns.of(outcome[trace_of_row], [answers[t] for t in trace_of_row.tolist()], cited, packed)
+        for name, v in _generation_rows(labels.references, query_codes, gen, doc_lengths):
             emit(name, v)
 
     judged = final.judged_fraction(idx, final_k)
+    take = pa.array(trace_of_row)
 
-    def per_trace(get, typ) -> pa.Array:
-        return pa.array([get(traces[t]) if t >= 0 else None for t in row_trace], typ)
+    def per_trace(column: list, typ) -> pa.Array:
+        return pa.array(column + [None], typ).take(take)
 
-    per_row = {"stratum": pa.array([golden[q].stratum for q, _ in rows], pa.string()),
+    per_row = {"stratum": labels.stratum.take(pa.array(query_codes)),
                "judged_fraction": _floats(judged),
-               "latency_ms": per_trace(lambda m: m.durations_ms.get("total"), pa.float64()),
-               "tokens_in": per_trace(lambda m: m.tokens_in, pa.int64()),
-               "tokens_out": per_trace(lambda m: m.tokens_out, pa.int64()),
-               "cost": per_trace(lambda m: m.cost, pa.float64()),
-               "trace_id": per_trace(lambda m: m.trace_id, pa.string())}
+               "latency_ms": per_trace([m.durations_ms.get("total") for m in traces], pa.float64()),
+               "tokens_in": per_trace([m.tokens_in for m in traces], pa.int64()),
+               "tokens_out": per_trace([m.tokens_out for m in traces], pa.int64()),
+               "cost": per_trace([m.cost for m in traces], pa.float64()),
+               "trace_id": per_trace([m.trace_id for m in traces], pa.string())}
     return _column_table(rows, names, values, per_row), ctx_tokens
-
-
-def _with_packed(m: Trace, u: UnitColumns, offset: int, length: int) -> SimpleNamespace:
-    """The trace's generation fields and its packed units (``length`` units from ``offset``), for citations."""
-    packed = [SimpleNamespace(unit_id=u.unit_id[j], doc_id=u.doc_id[j], start=int(u.start[j]), end=int(u.end[j]))
-              for j in range(offset, offset + length)]
-    return SimpleNamespace(outcome=m.outcome, answer=m.answer, citations=m.citations, packed=packed)
 
 
 def stream_score_into_store(store, traces_path: str | Path, corpus, golden: GoldenSet, *,
@@ -318,7 +306,7 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
     def write(part: _Known, check: UnitCheck, skip_done: bool) -> np.ndarray:
         rows = [m.key for m in part.traces]
         table, ctx_tokens = score_known(golden, labels, part, rows, np.arange(len(rows)), structure, final_k,
-                                        check.bad_mask, doc_lengths)
+                                        check, doc_lengths)
         if not (skip_done and rows and all(k in done for k in rows)):
             store.write_batch(run_id, table, done=_done_markers(rows, {m.key: m for m in part.traces}))
         return ctx_tokens
@@ -349,7 +337,7 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
     for start in range(0, len(missing), batch_size):
         rows = missing[start:start + batch_size]
         table, ctx_tokens = score_known(golden, labels, _Known.empty(), rows, np.full(len(rows), -1), structure,
-                                        final_k, np.zeros(0, dtype=bool), doc_lengths)
+                                        final_k, UnitCheck(), doc_lengths)
         if not all(k in done for k in rows):
             store.write_batch(run_id, table, done=_done_markers(rows, {}))
         ctx.update(zip(rows, ctx_tokens.tolist(), strict=True))

@@ -27,6 +27,66 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text.lower().translate(_PUNCT)).split())
 
 
+# Joins a batch of texts for one pass of the normalization. U+0001 (a control character; not NUL, which
+# numpy strips from strings) is neither whitespace, punctuation, a word character, cased nor
+# case-ignorable, so lowercasing (Greek final sigma looks at its neighbours), the article regex's word
+# boundaries and the split treat it exactly as the end of a text.
+_SEP = "\x01"
+
+
+def answer_tokens(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``normalize_answer(t).split()`` of every text at once: all tokens end to end (an object array of
+    str) and each text's token count. One lowercase, translate, regex and split over the joined texts
+    instead of one per text; texts are normalized one by one when one of them holds U+0001 itself."""
+    n = len(texts)
+    if n == 0:
+        return np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64)
+    joined = _SEP.join(texts)
+    if joined.count(_SEP) != n - 1:
+        per = [normalize_answer(t).split() for t in texts]
+        words = np.fromiter((w for p in per for w in p), dtype=object, count=sum(map(len, per)))
+        return words, np.fromiter(map(len, per), dtype=np.int64, count=n)
+    norm = _ARTICLES.sub(" ", joined.lower().translate(_PUNCT))
+    words = np.asarray(norm.replace(_SEP, f" {_SEP} ").split(), dtype=object)
+    sep = np.flatnonzero(words == _SEP)
+    bounds = np.concatenate(([-1], sep, [len(words)]))
+    keep = np.ones(len(words), dtype=bool)
+    keep[sep] = False
+    return words[keep], np.diff(bounds) - 1
+
+
+def token_f1_codes(pred: np.ndarray, pred_counts: np.ndarray, gold: np.ndarray,
+                   gold_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """SQuAD token F1 and exact match of many (prediction, reference) pairs from token codes.
+
+    ``pred`` and ``gold`` hold each pair's token codes end to end (``*_counts`` per pair); equal tokens
+    have equal codes, and a code < 0 (a prediction token no reference has) matches nothing. Per pair, as
+    :func:`token_f1` and :func:`exact_match` of one reference: with ``same`` the size of the multiset
+    intersection, F1 = 2pr/(p+r) with p = same/|pred|, r = same/|gold|; 1 when both are empty, 0 when one is
+    or nothing is shared; EM = 1 when the token sequences are equal.
+    """
+    n = len(pred_counts)
+    pred_row = np.repeat(np.arange(n), pred_counts)
+    gold_row = np.repeat(np.arange(n), gold_counts)
+    width = int(max(pred.max(initial=-1), gold.max(initial=-1))) + 1
+    known = pred >= 0
+    pk, pc = np.unique(pred_row[known] * width + pred[known], return_counts=True)
+    gk, gc = np.unique(gold_row * width + gold, return_counts=True)
+    _, ip, ig = np.intersect1d(pk, gk, assume_unique=True, return_indices=True)
+    same = np.bincount(pk[ip] // max(width, 1), weights=np.minimum(pc[ip], gc[ig]), minlength=n)
+    lp, lg = pred_counts.astype(np.float64), gold_counts.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p, r = same / lp, same / lg
+        f1 = 2 * p * r / (p + r)
+    empty = (pred_counts == 0) | (gold_counts == 0)
+    f1 = np.where(empty, (pred_counts == 0) & (gold_counts == 0), np.where(same == 0, 0.0, f1))
+    # equal sequences: equal lengths and no position that differs
+    eq = pred_counts == gold_counts
+    pm, gm = eq[pred_row], eq[gold_row]
+    differs = np.bincount(pred_row[pm][pred[pm] != gold[gm]], minlength=n)
+    return f1.astype(np.float64), (eq & (differs == 0)).astype(np.float64)
+
+
 def _refs(refs: str | Sequence[str]) -> list[str]:
     out = [refs] if isinstance(refs, str) else list(refs)
     if not out:

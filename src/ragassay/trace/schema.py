@@ -238,6 +238,9 @@ class UnitCheck:
 
     failures: list[UnitFailure] = field(default_factory=list)
     bad_mask: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False)
+    # the units' doc ids as codes into doc_ids (distinct, in order of first use), for scorers to reuse
+    doc_code: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+    doc_ids: list[str] = field(default_factory=list, repr=False)
     _bad: dict[tuple[str, int, str], set[int]] = field(default_factory=dict, repr=False)
 
     @property
@@ -318,6 +321,36 @@ def first_index_codes(values: Sequence[str]) -> tuple[np.ndarray, dict[str, int]
     return codes, first
 
 
+def dense_codes(values: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+    """Per value, a code 0..k-1 (equal values, equal codes; numbered in order of first occurrence), and the
+    k distinct values in that order."""
+    codes, first = first_index_codes(values)
+    rank = np.zeros(len(values), dtype=np.int64)
+    rank[np.fromiter(first.values(), dtype=np.int64, count=len(first))] = np.arange(len(first))
+    return rank[codes], list(first)
+
+
+def _stable_order(keys: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The order sorting rows by ``keys`` (first most significant; ties keep row order) and, along it,
+    which rows start a new group of equal keys. The keys become one mixed-radix int64 when their ranges
+    allow (one stable argsort); otherwise a lexsort."""
+    n = len(keys[0])
+    bounds = [(int(k.min()), int(k.max())) for k in keys]
+    if math.prod(hi - lo + 1 for lo, hi in bounds) < 2**63:
+        code = np.zeros(n, dtype=np.int64)
+        for k, (lo, hi) in zip(keys, bounds, strict=True):
+            code = code * (hi - lo + 1) + (k - lo)
+        order = np.argsort(code, kind="stable")
+        new = np.ones(n, dtype=bool)
+        ordered = code[order]
+        new[1:] = ordered[1:] != ordered[:-1]
+        return order, new
+    order = np.lexsort(tuple(reversed(keys)))
+    new = np.ones(n, dtype=bool)
+    new[1:] = np.any([k[order][1:] != k[order][:-1] for k in keys], axis=0)
+    return order, new
+
+
 def validate_units(traces: Sequence[Trace], corpus: Any,
                    lines: Mapping[tuple[str, int], int] | None = None) -> UnitCheck:
     """Check every unit of every trace against the corpus, in array passes over the whole run.
@@ -346,11 +379,10 @@ def validate_unit_columns(cols: UnitColumns, corpus: Any,
     lengths = cols.lengths
     owner = np.repeat(np.arange(len(lengths)), lengths)
     pos = np.arange(n) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    doc_code, doc_first = first_index_codes(cols.doc_id)
-    doc_len = np.full(n, -1, dtype=np.int64)
-    for d, i in doc_first.items():
-        found = docs.get(d)
-        doc_len[i] = -1 if found is None else len(found.text if rich else found)
+    doc_code, doc_ids = dense_codes(cols.doc_id)
+    check.doc_code, check.doc_ids = doc_code, doc_ids
+    found = [docs.get(doc) for doc in doc_ids]
+    doc_len = np.asarray([-1 if f is None else len(f.text if rich else f) for f in found], dtype=np.int64)
     start, end, score = cols.start, cols.end, cols.score
     length = doc_len[doc_code]
 
@@ -373,12 +405,11 @@ def validate_unit_columns(cols: UnitColumns, corpus: Any,
     flag(5, text_bad)
     flag(6, cols.has_score & ~np.isfinite(score))
     # repeats within one list: the same unit_id, or the same (doc, start, end), after its first occurrence
-    uid_code, _ = first_index_codes(cols.unit_id)
+    # (a list's units are consecutive in position order, so ties in row order are ties in position order)
+    uid_code, _ = dense_codes(cols.unit_id)
     first_of = np.full(n, -1, dtype=np.int64)
     for keys in ((owner, uid_code), (owner, doc_code, start, end)):
-        order = np.lexsort((pos, *reversed(keys)))
-        new = np.ones(n, dtype=bool)
-        new[1:] = np.any([k[order][1:] != k[order][:-1] for k in keys], axis=0)
+        order, new = _stable_order(keys)
         head = np.maximum.accumulate(np.where(new, np.arange(n), 0))
         repeat = order[~new]
         first_of[repeat] = np.where(first_of[repeat] >= 0, first_of[repeat], pos[order[head[~new]]])
