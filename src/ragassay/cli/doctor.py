@@ -126,28 +126,73 @@ def _stochastic(config) -> bool:
 
 
 def judge_checks(path: Path, runs) -> list[Check]:
-    """Every stored judge metric whose judge has no validation record meeting the floor (§11.1)."""
-    from ragassay.judges.validate import Floor, judge_status
+    """Stored judge metrics whose judge does not meet the gate's floor (§11.1): one line per judge, saying
+    whether it was never validated or was validated and fell short, on which labels, and what that means."""
+    from ragassay.judges.validate import METRIC_KIND, Floor, judge_status
     from ragassay.store import Store
 
-    bad: dict[str, str] = {}  # metric -> why, one example per metric
-    judged = 0
+    floor = Floor()
+    # (judge model, rubric, prompt, kind) -> the metrics and runs it scored, and whether it is validated
+    judges: dict[tuple, dict] = {}
     with Store.open(path, read_only=True) as st:
         for rec in runs:
             for m in st.metrics(rec.run_id):
-                found = judge_status(st, rec, m, Floor())
+                found = judge_status(st, rec, m, floor)
                 if found is None:
                     continue
-                judged += 1
-                if found[0] == "unvalidated":
-                    bad.setdefault(m, found[1])
-    if not judged:
+                pins = rec.extra["judge"]
+                key = (pins.get("judge_model"), pins.get("rubric_sha"), pins.get("prompt_sha"), METRIC_KIND[m])
+                j = judges.setdefault(key, {"metrics": set(), "runs": [], "ok": found[0] == "validated"})
+                j["metrics"].add(m)
+                if rec.name not in j["runs"]:
+                    j["runs"].append(rec.name)
+        for (model, rubric, prompt, kind), j in judges.items():
+            if not j["ok"]:
+                records = st.judge_validations(judge_model=model, rubric_sha=rubric, prompt_sha=prompt, kind=kind)
+                j["record"] = records[-1] if records else None
+    if not judges:
         return []
-    if bad:
-        first = next(iter(bad.values()))
-        return [Check("judges", "WARN", f"{', '.join(sorted(bad))} rest on an unvalidated judge ({first}) (§11.1)",
-                      "ragassay judge validate against human labels; kappa >= 0.7 before it gates (§17)")]
-    return [Check("judges", "PASS", f"{judged} judge metric(s), every judge validated")]
+    short = [(key, j) for key, j in judges.items() if not j["ok"]]
+    if not short:
+        n = sum(len(j["metrics"]) * len(j["runs"]) for j in judges.values())
+        return [Check("judges", "PASS", f"{n} judge metric(s) over {len(judges)} judge(s), every judge meets the "
+                      f"floor (kappa >= {floor.min_kappa:g}, every class recall >= {floor.min_class_recall:g})")]
+    return [_judge_warning(key[0], j, floor) for key, j in short]
+
+
+def _judge_warning(model: str, j: dict, floor) -> Check:
+    """The WARN line for one judge below the floor: never validated, or validated and short of the floor."""
+    runs = j["runs"]
+    scored = (f"{', '.join(sorted(j['metrics']))} on {len(runs)} run(s) ({', '.join(runs[:4])}"
+              f"{', ...' if len(runs) > 4 else ''}) were scored by judge {model}")
+    bar = (f"the gate's floor is kappa >= {floor.min_kappa:g} with every class recall >= "
+           f"{floor.min_class_recall:g}; the spec's target is 0.7")
+    consequence = "until then these metrics can neither PASS nor FAIL a gate (WARN [unvalidated])"
+    rec = j["record"]
+    if rec is None:
+        return Check("judges", "WARN", f"{scored}, which has no validation record for these pins (§11.1)",
+                     f"ragassay judge validate --judge JUDGE.yaml --labels LABELS.jsonl ({bar}); {consequence}")
+    _, why = floor.check(rec)
+    k, lo, hi = rec.get("kappa"), rec.get("kappa_low"), rec.get("kappa_high")
+    if k is not None and k == k and k < floor.min_kappa:
+        ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
+        why = f"kappa {k:.3f}{ci} < {floor.min_kappa:g}"
+    labels = ("the bundled calibration set, labelled by two blind automated annotators, not people"
+              if rec.get("label_set_version") == _bundled_label_version() else f"label set {rec.get('label_set')}")
+    return Check("judges", "WARN",
+                 f"{scored}, which was validated and falls below the floor: {why.split(' (')[0]} on "
+                 f"n = {rec.get('n')} of the {rec.get('n_items')} items of {labels} "
+                 f"(validation {rec.get('validation_id')}) (§11.1)",
+                 f"score them with a judge (a stronger model, or a cascade) that meets the floor on labels from "
+                 f"your own domain ({bar}); {consequence}")
+
+
+def _bundled_label_version() -> str | None:
+    """The version (content sha) of the bundled judge calibration labels, None if this install has none."""
+    from ragassay.judges.labels import bundled_labels, load_labels
+
+    path = bundled_labels()
+    return load_labels(path).version if path is not None else None
 
 
 CHUNK_KEYS = ("chunk_id", "chunk_ids", "unit_id", "unit_ids", "passage_id", "chunk", "relevant_chunks")
