@@ -132,7 +132,8 @@ def test_bad_include_file_is_a_clean_error(tmp_path, capsys, text, says):
 
 @pytest.fixture(scope="module")
 def stage_outputs(tmp_path_factory):
-    """The real --json outputs of parse, chunks, a 2-config sweep, analyze attacks/hygiene and judge validate."""
+    """The real --json outputs of parse, chunks, a 2-config sweep, analyze attacks/hygiene, judge validate and
+    analyze ablation."""
     root = tmp_path_factory.mktemp("include-more")
 
     def save(name, args):
@@ -149,6 +150,14 @@ def stage_outputs(tmp_path_factory):
                           "  - {name: recursive-256, chunker: {kind: recursive, size: 256}}\n")
     judge_yaml = root / "judge.yaml"
     judge_yaml.write_text("provider: local\nmodel: lexical\nmetrics: [faithfulness]\n")
+    # an ablation whose strata give each verdict shape: an interval (all, lexical), TOST (paraphrase), and none
+    # at all (negative queries have no ndcg@5); the placebo re-runs the baseline, so its differences are all 0
+    ablation_yaml = root / "rerank.yaml"
+    ablation_yaml.write_text(f"name: rerank-on\nbaseline: {demo_config_dir() / 'bm25.yaml'}\n"
+                             "intervention: {reranker: {kind: lexical, final_k: 5}}\nplacebo: {}\nmetric: ndcg@5\n"
+                             "margin: 0.02\nexpectations:\n  - {stratum: all, expect: help}\n"
+                             "  - {stratum: lexical, expect: hurt}\n  - {stratum: paraphrase, expect: none}\n"
+                             "  - {stratum: negative, expect: none}\n")
     db = str(root / "s.duckdb")
     return root, db, {
         "parse": save("parse", ["parse"]),
@@ -159,6 +168,8 @@ def stage_outputs(tmp_path_factory):
         "analyze hygiene": save("hygiene", ["analyze", "hygiene", "--store", db]),
         "judge validate": save("jv", ["judge", "validate", "--judge", str(judge_yaml), "--store", db,
                                       "--resamples", "200"]),
+        "analyze ablation": save("ablation", ["analyze", "ablation", str(ablation_yaml), "--store", db,
+                                              "--resamples", "200"]),
     }
 
 
@@ -182,13 +193,19 @@ def _expected(kind, d):
     if kind == "analyze hygiene":
         return ([str(v["n_flagged"]) for v in d["overlap"].values()]
                 + [str(d["exclusions"]["retained"]), str(d["exclusions"]["n_items"])])
+    if kind == "analyze ablation":
+        rows = [*d["expectations"], d["placebo"]]
+        return ([r["verdict"] for r in rows] + [str(r["n"]) for r in rows]
+                + [_f3(r[c]) for r in rows if r["n"] for c in ("delta", "ci_low", "ci_high")]
+                + [_f3(r["tost"]["p_value"]) for r in rows if (r.get("tost") or {}).get("p_value") is not None]
+                + [run["run_id"] for run in d["runs"].values()])
     f = d["figures"]
     return ([_f3(d["kappa"]), _f3(d["agreement"]), _f3(d["kappa_low"]), _f3(d["kappa_high"])]
             + [str(x) for row in f["confusion"] for x in row]
             + [_f3(c["recall"]["value"]) for c in f["per_class"]])
 
 
-KINDS_RUN = ["parse", "chunks", "sweep", "analyze attacks", "analyze hygiene", "judge validate"]
+KINDS_RUN = ["parse", "chunks", "sweep", "analyze attacks", "analyze hygiene", "judge validate", "analyze ablation"]
 
 
 @pytest.mark.slow
@@ -231,3 +248,40 @@ def test_all_kinds_through_the_report_command(stage_outputs, capsys):
     page = (root / "rep" / "index.html").read_text(encoding="utf-8")
     for i, k in enumerate(KINDS_RUN):
         assert f'data-kind="{k}"' in section(page, f"include-{i + 1}")
+
+
+@pytest.mark.slow
+def test_the_ablation_section_keeps_each_verdict_and_shows_undefined_and_hostile_text_as_such(stage_outputs, tmp_path):
+    _, _, files = stage_outputs
+    d = json.loads(files["analyze ablation"].read_text())
+    sec = load_include(files["analyze ablation"])
+    exp, plac, runs = sec["tables"]
+    # one row per declared expectation, in the file's order, with the command's own verdicts
+    assert [(r[0], r[2], r[-2]) for r in exp["rows"]] == [(e["stratum"], e["expect"], e["verdict"])
+                                                          for e in d["expectations"]]
+    by_stratum = {r[0]: dict(zip(exp["columns"], r, strict=True)) for r in exp["rows"]}
+    # no negative query has an ndcg@5: no interval, said so, never a 0
+    neg = by_stratum["negative"]
+    assert neg["n"] == 0 and neg["delta"] is None and neg["ci_low"] is None and neg["verdict"] == "inconclusive"
+    assert neg["note"] == "no paired query with a value in both runs"
+    # the equivalence control carries statsmodels-checked TOST p (analysis tests); here it must reach the table
+    para = next(e for e in d["expectations"] if e["stratum"] == "paraphrase")
+    assert para["tost"]["p_value"] is not None and by_stratum["paraphrase"]["TOST p"] == para["tost"]["p_value"]
+    # a deterministic placebo: all-zero differences, equivalent by the degenerate rule, TOST undefined
+    assert dict(zip(plac["columns"], plac["rows"][0], strict=True)) == {
+        "n": d["placebo"]["n"], "delta": 0.0, "ci_low": 0.0, "ci_high": 0.0, "wins": 0, "losses": 0,
+        "ties": d["placebo"]["n"], "TOST p": None, "verdict": "confirmed", "passed": True,
+        "note": "TOST undefined: zero variance of differences"}
+    assert [r[0] for r in runs["rows"]] == ["baseline", "intervention", "placebo"]
+
+    d["name"], d["expectations"][0]["stratum"] = PWN_SCRIPT, PWN_IMG
+    f = tmp_path / "hostile.json"
+    f.write_text(json.dumps(d))
+    data = make_data()
+    data["includes"] = [load_include(f)]
+    page = render_report(data, tmp_path / "out").read_text(encoding="utf-8")
+    s = section(page, "include-1")
+    assert PWN_SCRIPT not in page and PWN_IMG not in page
+    assert htmllib.unescape(re.search(r"<h2>(.*?)</h2>", s).group(1)) == f"Ablation: {PWN_SCRIPT}"
+    assert PWN_IMG in cells(s)
+    assert '<td class="num undefined">undefined</td>' in s

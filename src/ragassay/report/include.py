@@ -11,7 +11,8 @@ match wins (docs/report.md):
 - ``sweep``: has ``cost_quality``, ``comparison`` and ``budget_tokens``;
 - ``analyze attacks``: has ``rates``, ``attempts`` and ``rubric``;
 - ``analyze hygiene``: ``kind`` is ``"hygiene"``;
-- ``judge validate``: has ``judge_model``, ``figures`` and ``kappa``.
+- ``judge validate``: has ``judge_model``, ``figures`` and ``kappa``;
+- ``analyze ablation``: has ``expectations``, ``placebo``, ``margin`` and ``metric``.
 
 Every kind becomes the generic ``{"title", "tables": [{"title", "columns", "rows"}], "notes"}`` section (through
 the owning module's ``*_report_section`` function, with an adapter where that function has another shape), and
@@ -27,8 +28,8 @@ from pathlib import Path
 from ragassay.errors import InputError
 from ragassay.report import fmt
 
-_KNOWN = ("index-eval, embed-check, corpus check, parse, chunks, sweep, analyze attacks, analyze hygiene or "
-          "judge validate")
+_KNOWN = ("index-eval, embed-check, corpus check, parse, chunks, sweep, analyze attacks, analyze hygiene, "
+          "judge validate or analyze ablation")
 _EMBED_KEYS = ("gap", "top1", "duplicates", "truncation", "drift")
 
 
@@ -195,6 +196,46 @@ def _judge_validate(d: Mapping) -> dict:
     return {"title": f"Judge validation: {v['judge_model']}", "tables": tables, "notes": notes}
 
 
+_ABLATION_COLS = ["n", "delta", "ci_low", "ci_high", "wins", "losses", "ties"]
+
+
+def _tost_p(r: Mapping) -> object:
+    t = r.get("tost")
+    return t.get("p_value") if isinstance(t, Mapping) else None
+
+
+def _note(r: Mapping) -> str:
+    """Why a verdict has no interval or no TOST p (no paired query; zero-variance differences)."""
+    t = r.get("tost")
+    if r.get("reason"):
+        return str(r["reason"])
+    return f"TOST undefined: {t['reason']}" if isinstance(t, Mapping) and t.get("reason") else ""
+
+
+def _ablation(d: Mapping) -> dict:
+    # the saved file is evaluate_ablation's output (ablation_report_section adds only its kind): layout only
+    metric, margin, alpha = d["metric"], float(d["margin"]), float(d["alpha"])
+    exp_rows = [[r["stratum"], r["role"], r["expect"], *(_cell(r.get(c)) for c in _ABLATION_COLS), _tost_p(r),
+                 r["verdict"], _note(r)] for r in d["expectations"]]
+    tables = [{"title": f"Expectations: {metric}, intervention - baseline ({1 - alpha:.0%} paired bootstrap CI)",
+               "columns": ["stratum", "role", "expect", *_ABLATION_COLS, "TOST p", "verdict", "note"],
+               "rows": exp_rows}]
+    p = d["placebo"]
+    if isinstance(p, Mapping):
+        tables.append({"title": f"Placebo: placebo - baseline, equivalent within ±{margin:g}?",
+                       "columns": [*_ABLATION_COLS, "TOST p", "verdict", "passed", "note"],
+                       "rows": [[*(_cell(p.get(c)) for c in _ABLATION_COLS), _tost_p(p), p["verdict"],
+                                 bool(p.get("passed")), _note(p)]]})
+    tables.append({"title": "Runs", "columns": ["arm", "run", "run id"],
+                   "rows": [[arm, r.get("name"), r.get("run_id")] for arm, r in d["runs"].items()]})
+    counts = d.get("counts") or {}
+    notes = [f"intervention: {fmt.value_text(d.get('intervention'))}",
+             f"placebo change: {fmt.value_text(d.get('placebo_change'))}" if isinstance(p, Mapping) else "no placebo",
+             f"margin ±{margin:g}, alpha {alpha:g}; "
+             + ", ".join(f"{counts.get(v, 0)} {v}" for v in ("confirmed", "contradicted", "inconclusive"))]
+    return {"title": f"Ablation: {d['name']}", "tables": tables, "notes": notes}
+
+
 KINDS: tuple[tuple[str, Callable[[Mapping], bool], Callable[[Mapping], dict]], ...] = (
     ("index-eval", lambda d: "curve" in d and "operating_knob" in d, _index_eval),
     ("embed-check", lambda d: "curve" not in d and any(k in d for k in _EMBED_KEYS), _embed_check),
@@ -205,6 +246,7 @@ KINDS: tuple[tuple[str, Callable[[Mapping], bool], Callable[[Mapping], dict]], .
     ("analyze attacks", lambda d: all(k in d for k in ("rates", "attempts", "rubric")), _attacks),
     ("analyze hygiene", lambda d: d.get("kind") == "hygiene", _hygiene),
     ("judge validate", lambda d: all(k in d for k in ("judge_model", "figures", "kappa")), _judge_validate),
+    ("analyze ablation", lambda d: all(k in d for k in ("expectations", "placebo", "margin", "metric")), _ablation),
 )
 
 
