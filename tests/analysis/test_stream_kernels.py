@@ -218,6 +218,9 @@ def test_judged_matrix_equals_the_row_by_row_fill():
 def test_dense_codes_number_values_in_order_of_first_use():
     codes, distinct = dense_codes(["b", "a", "b", "c", "a", ""])
     assert codes.tolist() == [0, 1, 0, 2, 1, 3] and distinct == ["b", "a", "c", ""]
+    # a lone surrogate (the json module reads "\ud800") cannot enter Arrow: the dict pass numbers it
+    codes, distinct = dense_codes(["\ud800", "a", "\ud800"])
+    assert codes.tolist() == [0, 1, 0] and distinct == ["\ud800", "a"]
 
 
 def _reasons_oracle(cols: UnitColumns, texts: dict[str, str]) -> list[tuple[int, int, str]]:

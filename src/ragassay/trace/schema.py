@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import numpy as np
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import ragassay
@@ -323,7 +324,16 @@ def first_index_codes(values: Sequence[str]) -> tuple[np.ndarray, dict[str, int]
 
 def dense_codes(values: Sequence[str]) -> tuple[np.ndarray, list[str]]:
     """Per value, a code 0..k-1 (equal values, equal codes; numbered in order of first occurrence), and the
-    k distinct values in that order."""
+    k distinct values in that order.
+
+    Arrow's hash encoding (about twice the speed of a dict pass on a batch's unit ids); strings Arrow cannot
+    hold (lone surrogates, which the json module lets through) take the dict pass."""
+    try:
+        enc = pa.array(values, pa.string()).dictionary_encode()
+    except (pa.ArrowException, UnicodeError, TypeError):
+        enc = None
+    if enc is not None and not enc.indices.null_count:
+        return enc.indices.to_numpy().astype(np.int64), enc.dictionary.to_pylist()
     codes, first = first_index_codes(values)
     rank = np.zeros(len(values), dtype=np.int64)
     rank[np.fromiter(first.values(), dtype=np.int64, count=len(first))] = np.arange(len(first))
