@@ -3,27 +3,86 @@
 For each config, the same run (``--trials T`` of the 171 demo queries) is timed end to end in this process
 on the local executor and on Ray (the cluster started beforehand, its start-up not counted), and the rows
 are checked equal. Printed: queries/s of each, the ratio (issue 17's target: >= 1.6x with a CPU-bound
-stage on 2 workers) and the per-task overhead, measured as the time of a Ray round trip for an empty
-batch on a warm actor.
+stage on 2 workers), the CPU seconds spent (this process, plus the Ray processes it started, sampled from
+/proc every 0.2 s), the load average, and the per-task overhead: the round trip of an empty batch on a
+warm actor, through the same actor method a run uses (nothing to run, nothing to score).
 
 Usage: python benchmarks/ray_scale.py [--trials T] [--config NAME_OR_PATH ...]
 
 A NAME is a bundled demo config (bm25, hybrid_rerank, ...); a path is any config file, e.g.
-``benchmarks/configs/hybrid_minilm.yaml``, whose MiniLM question embedding is the CPU-bound stage the target
-names.
+``benchmarks/configs/hybrid_minilm.yaml``, whose MiniLM embedding is the CPU-bound stage the target names.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _descendant_cpu() -> dict[int, float]:
+    """CPU seconds (user + sys) of every live process below this one."""
+    parent, cpu = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(entry)] = int(fields[1])
+        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / TICK
+    me, out = os.getpid(), {}
+    for pid in cpu:
+        p = pid
+        while p in parent and p != me and p > 1:
+            p = parent[p]
+        if p == me and pid != me:
+            out[pid] = cpu[pid]
+    return out
+
+
+class CpuSampler:
+    """The last-seen CPU seconds of each process below this one (processes that exit keep their last value)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.seen.update(_descendant_cpu())
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> CpuSampler:
+        self.start = dict(_descendant_cpu())
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.seen.update(_descendant_cpu())
+
+    def seconds(self) -> float:
+        return sum(v - self.start.get(pid, 0.0) for pid, v in self.seen.items())
+
+
+def _self_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def main() -> None:
@@ -42,36 +101,62 @@ def main() -> None:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=300 * 1024 * 1024)
     ex = get_executor("ray")
     out = Path(tempfile.mkdtemp())
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for name in args.config or ["bm25", "hybrid_rerank"]:
         cfg = Path(name) if name.endswith(".yaml") else demo_config_dir() / f"{name}.yaml"
         name = cfg.stem
         n = args.trials * len(golden)
-        timings, results = {}, {}
+        timings, cpus, results = {}, {}, {}
         for label, executor in (("local", None), ("ray", ex)):
-            with Store.open(out / f"{name}-{label}.duckdb") as st:
-                t0 = time.perf_counter()
+            with Store.open(out / f"{name}-{label}.duckdb") as st, CpuSampler() as sampler:
+                c0, t0 = _self_cpu(), time.perf_counter()
                 run_id, _ = run_pipeline_into_store(st, cfg, corpus, golden, trials=args.trials, executor=executor)
                 timings[label] = time.perf_counter() - t0
+                driver = _self_cpu() - c0
                 results[label] = st.results(run_id).drop_columns(["run_id", "latency_ms"]).to_pylist()
+            cpus[label] = (driver, sampler.seconds())
         same = results["local"] == results["ray"]
-        print(f"{name}: {n} queries  local {n / timings['local']:.0f} q/s  ray(2) {n / timings['ray']:.0f} q/s  "
+        print(f"{name}: {n} queries  local {n / timings['local']:.1f} q/s ({timings['local']:.1f} s wall, "
+              f"{cpus['local'][0]:.1f} s CPU)  ray(2) {n / timings['ray']:.1f} q/s ({timings['ray']:.1f} s wall, "
+              f"driver {cpus['ray'][0]:.1f} s + workers {cpus['ray'][1]:.1f} s CPU)  "
               f"ratio {timings['local'] / timings['ray']:.2f}x  rows equal: {same}")
-    workers = ex.pipeline_workers(_Empty, golden)
-    ray.get(workers.actors[0].run.remote([], False))
-    t0 = time.perf_counter()
-    reps = 200
-    for _ in range(reps):
-        ray.get(workers.actors[0].run.remote([], False))
-    print(f"task overhead (empty batch round trip on a warm actor): {(time.perf_counter() - t0) / reps * 1000:.2f} ms")
-    workers.close()
+    print(f"task overhead (empty batch round trip on a warm actor): {_overhead(ray, ex, golden) * 1000:.2f} ms")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     ray.shutdown()
 
 
+def _overhead(ray, ex, golden) -> float:
+    workers = ex.pipeline_workers(_Empty(), golden)
+    score = ray.put(_no_score)
+    args = ([], False, [None, None], score)
+    workers.header(None, "")
+    ray.get(workers.actors[0].run.remote(*args))
+    reps = 200
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        ray.get(workers.actors[0].run.remote(*args))
+    elapsed = (time.perf_counter() - t0) / reps
+    workers.close()
+    return elapsed
+
+
+def _no_score(keys, traces):
+    from ragassay.executors.local import BatchResult
+
+    return BatchResult(None, [], {}, 0.0, None)
+
+
 class _Empty:
-    """A pipeline that does nothing: what is left of a task's time is Ray's."""
+    """A recipe for a pipeline that does nothing: what is left of a task's time is Ray's."""
 
     config: dict = {}
     config_sha = ""
+
+    def embedder(self):
+        return None
+
+    def __call__(self, embedder=None):
+        return self
 
     def header(self, *a):
         return None

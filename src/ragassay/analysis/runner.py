@@ -20,16 +20,19 @@ import math
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ragassay import __version__
-from ragassay.analysis.scoring import METRIC_VERSION, Labels, ScoredRun, ScoringOptions, score_traces
+from ragassay.analysis.scoring import METRIC_VERSION, Labels, ScoringOptions, score_traces
 from ragassay.corpus import Corpus, bundled_corpus_dir, load_corpus
 from ragassay.errors import InputError
 from ragassay.executors import LocalExecutor, PipelineWorkers, get_executor
+from ragassay.executors.local import BatchResult
+from ragassay.executors.shared import PipelineRecipe
 from ragassay.fsio import check_output_dir, make_dir, mark_output_dir
 from ragassay.golden import GOLDEN_FILE, GoldenSet, build_golden, bundled_golden_source, load_golden
 from ragassay.store import RunRecord, Store
@@ -158,8 +161,9 @@ def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpu
     wall seconds per part of the run (see :data:`PROFILE_PARTS`).
 
     ``executor`` (:func:`ragassay.executors.get_executor`: ``"local"`` by default, ``"ray[:ADDRESS]"``) says
-    where the queries run; the pipeline is built once per worker, batches come back in order and this
-    process scores and writes them, so every executor stores the rows the local one stores. An executor
+    where the queries run; the pipeline is built once per worker (its embeddings computed once for all),
+    each batch is scored where it ran, batches come back in order and this process alone writes them, so
+    every executor stores the rows the local one stores. An executor
     given by name is closed at the end; one given as an object belongs to the caller.
     """
     owned = not isinstance(executor, LocalExecutor)
@@ -171,12 +175,6 @@ def run_pipeline_into_store(store: Store, config_path: str | Path, corpus: Corpu
     finally:
         if owned:
             ex.close()
-
-
-def _build_pipeline(cfg: Any, corpus: Corpus) -> Any:
-    from ragassay.pipeline import Pipeline
-
-    return Pipeline.from_config(cfg, corpus)
 
 
 def _run_pipeline(store: Store, config_path: str | Path, corpus: Corpus, golden: GoldenSet, *, trials: int,
@@ -199,7 +197,7 @@ def _run_pipeline(store: Store, config_path: str | Path, corpus: Corpus, golden:
 
         check_cache_dir(Path(cache_dir))  # the same claim load_config makes for a config's own cache_dir
         cfg = cfg.model_copy(update={"cache_dir": str(cache_dir)})
-    pipe = ex.pipeline_workers(functools.partial(_build_pipeline, cfg, corpus), golden)
+    pipe = ex.pipeline_workers(PipelineRecipe(cfg, corpus), golden)
     try:
         return _run_batches(store, pipe, config_path, corpus, golden, cfg, trials, opt, name, resume, traces_dir,
                             batched, progress, prof, t_part)
@@ -246,15 +244,14 @@ def _run_batches(store: Store, pipe: PipelineWorkers, config_path: str | Path, c
     # one per batch made the store half of a large run. At most ~16 groups per run, none above 1,024
     # queries, so a kill still loses little and small runs commit every batch as before.
     group = max(BATCH_QUERIES, min(MAX_COMMIT_QUERIES, total // 16))
-    pending: list[tuple[ScoredRun, list[tuple[str, int]], list[Trace]]] = []
+    pending: list[BatchResult] = []
 
     def flush() -> None:
         nonlocal n_failures, examples
         t_store = time.perf_counter()
-        cols = {k: [v for sc, _, _ in pending for v in sc.columns[k]] for k in pending[0][0].columns}
-        done = [d for sc, keys, traces in pending for d in _done_markers(keys, {t.key: t for t in traces})]
-        store.write_batch(run_id, cols, done=done)
-        failed = [sc.unit_check for sc, _, _ in pending if sc.unit_check.count]
+        cols = {k: [v for r in pending for v in r.scored.columns[k]] for k in pending[0].scored.columns}
+        store.write_batch(run_id, cols, done=[d for r in pending for d in r.done])
+        failed = [r.scored.unit_check for r in pending if r.scored.unit_check.count]
         for check in failed:
             n_failures += check.count
             examples += check.messages(limit=MAX_EXAMPLES - len(examples))
@@ -264,29 +261,26 @@ def _run_batches(store: Store, pipe: PipelineWorkers, config_path: str | Path, c
         prof["store"] += time.perf_counter() - t_store
 
     starts = range(0, total, BATCH_QUERIES)
-    results = pipe.map((todo[start:start + BATCH_QUERIES] for start in starts), batched)
+    score = functools.partial(_score_batch, _ScoreContext(golden, header, opt, corpus, labels, traces_dir is not None))
+    results = pipe.map([todo[start:start + BATCH_QUERIES] for start in starts], batched, score)
     for start in starts:
-        keys = todo[start:start + BATCH_QUERIES]
         t_part = time.perf_counter()
-        traces: list[Trace] = next(results)
-        t_score = time.perf_counter()
-        prof["queries"] += t_score - t_part
-        scored = score_traces(golden, traces, header, opt, keys=keys, corpus=corpus, labels=labels)
-        t_part = time.perf_counter()
-        prof["score"] += t_part - t_score
-        if traces_dir is not None:
+        res: BatchResult = next(results)
+        t_got = time.perf_counter()
+        # scoring ran inside the batch (here, or on a worker): its own seconds are the score part
+        prof["queries"] += max(0.0, t_got - t_part - res.score_s)
+        prof["score"] += res.score_s
+        if res.traces is not None:
             if writer is None:
                 writer = TraceWriter(Path(traces_dir) / f"{run_id}.jsonl", header, mode="a")
             # a batch whose traces landed but whose rows did not commit is re-run on resume: write it once
-            writer.write_all([t for t in traces if t.key not in writer.done])
-        prof["traces"] += time.perf_counter() - t_part
-        pending.append((scored, keys, traces))
-        if sum(len(k) for _, k, _ in pending) >= group or start + BATCH_QUERIES >= total:
+            writer.write_all([t for t in res.traces if t.key not in writer.done])
+        prof["traces"] += time.perf_counter() - t_got
+        pending.append(res)
+        if sum(len(r.done) for r in pending) >= group or start + BATCH_QUERIES >= total:
             flush()
-        for t in traces:
-            for stage, ms in t.durations_ms.items():
-                if stage != "total":
-                    prof[f"stage:{stage}"] = prof.get(f"stage:{stage}", 0.0) + ms / 1000.0
+        for stage, sec in res.stage_s.items():
+            prof[f"stage:{stage}"] = prof.get(f"stage:{stage}", 0.0) + sec
         if progress:
             progress(min(start + BATCH_QUERIES, total), total)
     if writer is not None:
@@ -294,6 +288,33 @@ def _run_batches(store: Store, pipe: PipelineWorkers, config_path: str | Path, c
     _update_extra(store, run_id, {"context_tokens_mean": _context_tokens_mean(store, run_id)})
     store.finish_run(run_id, "complete")
     return run_id, header
+
+
+@dataclass(frozen=True)
+class _ScoreContext:
+    """What scoring a batch needs besides the batch: shipped once to every worker."""
+
+    golden: GoldenSet
+    header: RunHeader
+    options: ScoringOptions
+    corpus: Corpus
+    labels: Labels
+    keep_traces: bool
+
+
+def _score_batch(ctx: _ScoreContext, keys: Sequence[tuple[str, int]], traces: list[Trace]) -> BatchResult:
+    """A batch's rows and done markers, scored where its traces were made (this process or a worker)."""
+    t = time.perf_counter()
+    scored = score_traces(ctx.golden, traces, ctx.header, ctx.options, keys=keys, corpus=ctx.corpus,
+                          labels=ctx.labels)
+    score_s = time.perf_counter() - t
+    stage_s: dict[str, float] = {}
+    for tr in traces:
+        for stage, ms in tr.durations_ms.items():
+            if stage != "total":
+                stage_s[stage] = stage_s.get(stage, 0.0) + ms / 1000.0
+    return BatchResult(scored, _done_markers(keys, {tr.key: tr for tr in traces}), stage_s, score_s,
+                       traces if ctx.keep_traces else None)
 
 
 def score_traces_into_store(store: Store, traces_path: str | Path, corpus: Corpus, golden: GoldenSet, *,

@@ -1,10 +1,11 @@
 """The Ray executor: query batches and trace partitions as Ray work, the driver the single store writer.
 
 A run's pipeline (indexes, embedder, reranker) is built once per worker, inside one long-lived actor per
-worker CPU; the build recipe travels once through the object store. Batches go to the actors round-robin
-with a bounded number in flight (so the driver holds at most ``2 × workers`` batches of traces) and come
-back in submission order, which keeps the driver's writes — and so the stored rows and commit groups —
-those of the local executor. A worker killed mid-batch is restarted by Ray (the pipeline rebuilt) and its
+worker CPU, from a recipe that travels once through the object store; the embeddings of the local run are
+computed once, spread over the actors, and shared through the object store. Batches go to the actors
+round-robin with a bounded number in flight, are scored there, and come back in submission order as rows
+and done markers, which keeps the driver's writes — and so the stored rows and commit groups — those of
+the local executor. A worker killed mid-batch is restarted by Ray (the pipeline rebuilt) and its
 batch retried; if Ray gives up, the driver resubmits the batch to another actor.
 """
 
@@ -20,8 +21,10 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 from ragassay.errors import InputError  # noqa: E402
-from ragassay.executors.local import Key, LocalExecutor, PipelineWorkers, run_keys  # noqa: E402
-from ragassay.trace import RunHeader, Trace  # noqa: E402
+from ragassay.executors.local import BatchResult, Key, LocalExecutor, PipelineWorkers, Score, run_keys  # noqa: E402
+from ragassay.executors.shared import PipelineRecipe  # noqa: E402
+from ragassay.pipeline.embedders import TableEmbedder, embed_groups  # noqa: E402
+from ragassay.trace import RunHeader  # noqa: E402
 
 OBJECT_STORE_BYTES = 300 * 1024 * 1024
 RESUBMITS = 3
@@ -49,16 +52,40 @@ def connect(address: str | None = None) -> bool:
 
 
 class _PipelineActor:
-    """One worker's pipeline, built once from the shared recipe."""
+    """One worker: computes its share of the run's embedding calls, then builds the pipeline once — on
+    the shared tables, lazily on its first batch, so an actor Ray restarts rebuilds it the same way — and
+    runs and scores batches."""
 
-    def __init__(self, build: Callable[[], Any], golden: Any) -> None:
-        self.pipe, self.golden = build(), golden
+    def __init__(self, recipe: PipelineRecipe, golden: Any) -> None:
+        self.recipe, self.golden = recipe, golden
+        self.emb = recipe.embedder()
+        self.table: TableEmbedder | None = None
+        self.pipe: Any = None
+        self._queries: Any = None
 
-    def describe(self, dataset_version: str | None, run_name: str) -> tuple[dict, str, RunHeader]:
-        return self.pipe.config, self.pipe.config_sha, self.pipe.header(dataset_version, run_name)
+    def embed(self, kind: str, calls: list[list[str]]) -> list[tuple[Any, Any]]:
+        fn = self.emb.embed_passages if kind == "passages" else self.emb.embed_queries
+        return [(fn(texts), self.emb.token_lengths(texts)) for texts in calls]
 
-    def run(self, keys: Sequence[Key], batched: bool) -> list[Trace]:
-        return run_keys(self.pipe, self.golden, keys, batched)
+    def _ensure(self, shared: list[Any]) -> None:
+        # the tables arrive as ObjectRefs inside a list, so Ray does not fetch them for every call
+        ray = _ray()
+        passages, queries = shared
+        if self.pipe is None:
+            if self.emb is not None:
+                self.table = TableEmbedder(self.emb, ray.get(passages) if passages is not None else None)
+            self.pipe = self.recipe(self.table)
+        if self.table is not None and queries is not None and queries != self._queries:
+            self.table.set_queries(ray.get(queries))
+            self._queries = queries
+
+    def header(self, shared: list[Any], dataset_version: str | None, run_name: str) -> RunHeader:
+        self._ensure(shared)
+        return self.pipe.header(dataset_version, run_name)
+
+    def run(self, keys: Sequence[Key], batched: bool, shared: list[Any], score: Score) -> BatchResult:
+        self._ensure(shared)
+        return score(keys, run_keys(self.pipe, self.golden, keys, batched))
 
 
 def _call(fn: Callable[..., Any], item: Any, *args: Any) -> Any:
@@ -66,22 +93,55 @@ def _call(fn: Callable[..., Any], item: Any, *args: Any) -> Any:
 
 
 class RayPipelineWorkers(PipelineWorkers):
-    """One :class:`_PipelineActor` per worker CPU; batches in flight bounded, results in order."""
+    """One :class:`_PipelineActor` per worker CPU; batches in flight bounded, results in order.
 
-    def __init__(self, build: Callable[[], Any], golden: Any, workers: int) -> None:
+    The embedding calls of the local run (:class:`PipelineRecipe`) are computed once, split over the
+    actors in the embedder's own model batches (so each vector is the local one bit for bit), and placed
+    in the object store; every actor builds its pipeline on them. Batches are run *and scored* on the
+    actors; the driver only writes what comes back, in submission order.
+    """
+
+    def __init__(self, recipe: PipelineRecipe, golden: Any, workers: int) -> None:
         ray = _ray()
-        self._ray = ray
+        self._ray, self.recipe, self.golden = ray, recipe, golden
         actor_cls = ray.remote(num_cpus=1, max_restarts=RESUBMITS, max_task_retries=RESUBMITS)(_PipelineActor)
         # held for the life of the workers: a restarted actor rebuilds its pipeline from these
-        self._refs = (ray.put(build), ray.put(golden))
+        self._refs = (ray.put(recipe), ray.put(golden))
         self.actors = [actor_cls.remote(*self._refs) for _ in range(workers)]
-        self.config, self.config_sha, _ = ray.get(self.actors[0].describe.remote(None, ""))
+        self.config, self.config_sha = recipe.config, recipe.config_sha
+        self.emb = recipe.embedder()
+        passages = self._compute("passages", [recipe.passage_call(self.emb)]) if self.emb is not None else None
+        self._shared = [passages, None]
+
+    def _compute(self, kind: str, calls: list[list[str]]) -> Any:
+        """``calls`` embedded on the actors, as one table ``(texts, vectors, lengths)`` in the object store."""
+        import numpy as np
+
+        ray = self._ray
+        parts = [[texts[i] for i in idx] for texts in calls if texts
+                 for idx in embed_groups(self.emb, texts)]
+        if not parts:
+            return None
+        # longest groups first, dealt round-robin: each actor gets about the same number of tokens
+        parts.sort(key=lambda p: -sum(map(len, p)))
+        shares = [parts[w::len(self.actors)] for w in range(len(self.actors))]
+        refs = [a.embed.remote(kind, share) for a, share in zip(self.actors, shares, strict=True) if share]
+        done = [out for ref in refs for out in ray.get(ref)]
+        texts = [t for share in shares for p in share for t in p]
+        return ray.put((texts, np.vstack([v for v, _ in done]), np.concatenate([n for _, n in done])))
 
     def header(self, dataset_version: str | None, run_name: str) -> RunHeader:
-        return self._ray.get(self.actors[0].describe.remote(dataset_version, run_name))[2]
+        # every actor starts building now; the header comes from the first
+        for actor in self.actors[1:]:
+            actor.header.remote(self._shared, dataset_version, run_name)
+        return self._ray.get(self.actors[0].header.remote(self._shared, dataset_version, run_name))
 
-    def map(self, batches: Iterable[Sequence[Key]], batched: bool) -> Iterator[list[Trace]]:
+    def map(self, batches: Sequence[Sequence[Key]], batched: bool, score: Score) -> Iterator[BatchResult]:
         ray = self._ray
+        if self.emb is not None:
+            self._shared = [self._shared[0],
+                            self._compute("queries", self.recipe.query_calls(self.emb, self.golden, batches, batched))]
+        score_ref = ray.put(score)
         in_flight: deque[tuple[Sequence[Key], Any, int]] = deque()
         n = 0
 
@@ -89,7 +149,7 @@ class RayPipelineWorkers(PipelineWorkers):
             nonlocal n
             actor = self.actors[n % len(self.actors)]
             n += 1
-            return keys, actor.run.remote(list(keys), batched), attempt
+            return keys, actor.run.remote(list(keys), batched, self._shared, score_ref), attempt
 
         source = iter(batches)
         for keys in source:
@@ -99,7 +159,7 @@ class RayPipelineWorkers(PipelineWorkers):
         while in_flight:
             keys, ref, attempt = in_flight.popleft()
             try:
-                traces = ray.get(ref)
+                result = ray.get(ref)
             except ray.exceptions.RayActorError:
                 if attempt >= RESUBMITS:
                     raise
@@ -108,7 +168,7 @@ class RayPipelineWorkers(PipelineWorkers):
             nxt = next(source, None)
             if nxt is not None:
                 in_flight.append(submit(nxt, 0))
-            yield traces
+            yield result
 
     def close(self) -> None:
         for actor in self.actors:
@@ -127,9 +187,9 @@ class RayExecutor(LocalExecutor):
         ray = _ray()
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
 
-    def pipeline_workers(self, build: Callable[[], Any], golden: Any) -> RayPipelineWorkers:
+    def pipeline_workers(self, recipe: PipelineRecipe, golden: Any) -> RayPipelineWorkers:
         # kept so a caller can watch (or, in the failure tests, kill) the actors of the run in progress
-        self.last_workers = RayPipelineWorkers(build, golden, self.workers)
+        self.last_workers = RayPipelineWorkers(recipe, golden, self.workers)
         return self.last_workers
 
     def map_ordered(self, fn: Callable[..., Any], items: Iterable[Any], *args: Any) -> Iterator[Any]:

@@ -136,6 +136,15 @@ class EmbeddingCache:
         assert self._vecs is not None
         return self._vecs
 
+    def missing(self, texts: list[str]) -> list[str]:
+        """The texts :meth:`get` would embed now, in the order it would pass them (first occurrences of
+        texts not cached): what a cluster must compute to answer that call as this machine would."""
+        if self._index is None:
+            self._load()
+        index = self._index
+        assert index is not None
+        return [t for t, h in dict(zip(texts, map(text_sha, texts), strict=True)).items() if h not in index]
+
     def get(
         self,
         texts: list[str],

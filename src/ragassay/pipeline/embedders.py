@@ -118,25 +118,103 @@ class SentenceTransformerEmbedder:
 
     @property
     def dim(self) -> int:
-        return int(self.model.get_sentence_embedding_dimension())
+        model = self.model
+        # renamed in sentence-transformers 6 (the old name warns)
+        get = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(get())
 
     @property
     def max_tokens(self) -> int:
         return self._max_tokens or int(self.model.max_seq_length)
 
+    def groups(self, texts: list[str]) -> list[np.ndarray]:
+        """The model batches of one call: positions sorted by text length (longest first, ties in input
+        order), ``batch_size`` at a time. A text's vector depends on the texts padded with it, so every
+        call runs exactly these batches, and a cluster that embeds the groups anywhere
+        (:func:`embed_groups`) gets this call's vectors bit for bit."""
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        return [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+
     def _embed(self, texts: list[str]) -> np.ndarray:
+        texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        out = self.model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
-                                normalize_embeddings=False, show_progress_bar=False)
-        return l2_normalize(out)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for idx in self.groups(texts):
+            # one encode call per group: sentence-transformers' own length sort only reorders inside it
+            vecs = self.model.encode([texts[i] for i in idx], batch_size=len(idx), convert_to_numpy=True,
+                                     normalize_embeddings=False, show_progress_bar=False)
+            out[idx] = l2_normalize(vecs)
+        return out
 
     embed_queries = _embed
     embed_passages = _embed
 
     def token_lengths(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros(0, dtype=np.int64)
         enc = self.model.tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]
         return np.array([len(ids) for ids in enc], dtype=np.int64)
+
+
+def embed_groups(emb: Embedder, texts: list[str]) -> list[np.ndarray]:
+    """Index groups of ``texts`` that can be embedded separately and still give the vectors of one
+    ``embed_*(texts)`` call: the embedder's own batches when it states them, else the whole call."""
+    groups = getattr(emb, "groups", None)
+    return groups(texts) if groups is not None else [np.arange(len(texts))]
+
+
+class TableEmbedder:
+    """An embedder that answers from vectors computed elsewhere (e.g. by a cluster's workers).
+
+    ``passages`` and ``queries`` are ``(texts, vectors, token_lengths)``: each text's vector as the run on
+    one machine computed it, in the call that first embedded it (an embedding cache serves that vector
+    ever after). A call whose texts are all in the table is answered from it; any other call goes to
+    ``inner`` whole, exactly as it would without the table. Name and limits are ``inner``'s, so the
+    pipeline built on it records what a pipeline built on ``inner`` records.
+    """
+
+    def __init__(self, inner: Embedder, passages: tuple | None = None, queries: tuple | None = None):
+        self.inner = inner
+        self.name, self.max_tokens = inner.name, inner.max_tokens
+        self._tables = {"passages": _table(passages), "queries": _table(queries)}
+
+    def set_queries(self, queries: tuple | None) -> None:
+        self._tables["queries"] = _table(queries)
+
+    @property
+    def dim(self) -> int:
+        for _, vecs, _ in self._tables.values():
+            if vecs is not None:
+                return int(vecs.shape[1])
+        return int(self.inner.dim)
+
+    def _rows(self, kind: str, texts: list[str]) -> np.ndarray | None:
+        index, vecs, _ = self._tables[kind]
+        rows = [index.get(t) for t in texts] if index else [None]
+        return None if None in rows else np.asarray(rows, dtype=np.int64)
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        rows = self._rows("passages", texts)
+        return self._tables["passages"][1][rows] if rows is not None else self.inner.embed_passages(texts)
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        rows = self._rows("queries", texts)
+        return self._tables["queries"][1][rows] if rows is not None else self.inner.embed_queries(texts)
+
+    def token_lengths(self, texts: list[str]) -> np.ndarray:
+        for kind in ("passages", "queries"):
+            rows = self._rows(kind, texts)
+            if rows is not None:
+                return self._tables[kind][2][rows]
+        return self.inner.token_lengths(texts)
+
+
+def _table(table: tuple | None) -> tuple[dict[str, int], np.ndarray | None, np.ndarray | None]:
+    if table is None:
+        return {}, None, None
+    texts, vecs, lens = table
+    return {t: i for i, t in enumerate(texts)}, vecs, lens
 
 
 def minilm_path() -> Path:
