@@ -46,6 +46,9 @@ _OUTCOMES = pa.array(["answered", "abstained", "refused", "error"])
 # a colon. Every key with an escape matches (at its last escape); a value never does unless it contains an
 # escaped quote, which only costs that line the slow path.
 _ESCAPED_KEY = re.compile(rb'\\.(?:[^"\\]|\\.)*"\s*:')
+# Arrow's type inference is quadratic in nesting depth (a 5,000-deep meta takes seconds); the json module
+# stops near 1,000 and traces nest a few levels, so deeper lines go the slow way.
+_MAX_DEPTH = 256
 _MIN_PIECE = 64  # a failing piece this small is handed back whole rather than split again
 _PARSE = pj.ParseOptions(explicit_schema=_SCHEMA, newlines_in_values=False, unexpected_field_behavior="infer")
 _TRACE_FIELDS_SET = set(Trace.model_fields)  # one shared set, as trusted_units does for Unit
@@ -115,7 +118,8 @@ def read_lines(lines: list[tuple[int, bytes]]) -> tuple[Part, list[tuple[int, by
     eligible = []
     for lineno, blob in lines:
         # one JSON object per line; anything else (blank, a byte-order mark, arrays) is the slow path's
-        if blob[:1] == b"{" and (blob[-2:] == b"}\n" or blob.rstrip(b" \t\r\n")[-1:] == b"}"):
+        if (blob[:1] == b"{" and (blob[-2:] == b"}\n" or blob.rstrip(b" \t\r\n")[-1:] == b"}")
+                and (blob.count(b"{") + blob.count(b"[") <= _MAX_DEPTH or _depth(blob) <= _MAX_DEPTH)):
             eligible.append((lineno, blob))
         else:
             rest.append((lineno, blob))
@@ -147,11 +151,19 @@ def _pieces(lines: list[tuple[int, bytes]], parts: list[Part], rest: list[tuple[
     rest.extend(lines[i] for i in np.flatnonzero(slow))
 
 
+def _depth(blob: bytes) -> int:
+    """The deepest bracket nesting of a line (brackets inside strings counted too: a heuristic bound)."""
+    b = np.frombuffer(blob, dtype=np.uint8)
+    step = ((b == 91) | (b == 123)).astype(np.int32) - ((b == 93) | (b == 125))
+    return int(np.cumsum(step).max()) if len(step) else 0
+
+
 def _parse(data: bytes, n_lines: int) -> pa.Table | None:
     try:
         table = pj.read_json(pa.BufferReader(data),
                              read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 16, len(data) + 1)),
                              parse_options=_PARSE)
+        table.validate(full=True)  # Arrow's JSON reader copies string bytes without checking their UTF-8
     except (pa.ArrowException, UnicodeDecodeError):
         return None
     # A line holding two objects would shift every later row; lines start with '{' and end with '}', so
