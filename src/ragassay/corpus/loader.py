@@ -48,8 +48,31 @@ class Document:
                  title: str | None = None) -> Document:
         text, starts, ends = canonicalize_with_map(raw)
         # the map is held for every document of the run: 32-bit offsets halve it, and raw_span returns ints
-        dtype = np.int32 if len(raw) < 2**31 else np.int64
-        return cls(doc_id, raw, text, starts.astype(dtype), ends.astype(dtype), fmt, path, title)
+        if len(raw) < 2**31:
+            n = len(text)
+            if n == len(raw) and text == raw:
+                shared_starts, shared_ends = _identity_map(n)
+                if np.array_equal(starts, shared_starts) and np.array_equal(ends, shared_ends):
+                    return cls(doc_id, raw, text, shared_starts, shared_ends, fmt, path, title)
+            return cls(doc_id, raw, text, starts.astype(np.int32), ends.astype(np.int32), fmt, path, title)
+        return cls(doc_id, raw, text, starts, ends, fmt, path, title)
+
+
+# One read-only arange shared by every document that canonicalization left as it was: their maps (8 bytes
+# per character, 48 MB for 2,000 documents of 3,000 characters) become views of it. Grown when a longer
+# document comes; documents keep the array their views were cut from.
+_IDENTITY = np.arange(1, dtype=np.int32)
+_IDENTITY.flags.writeable = False
+
+
+def _identity_map(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the identity map of ``n`` characters: ``arange(n)`` and ``arange(1, n + 1)``."""
+    global _IDENTITY
+    if len(_IDENTITY) < n + 1:
+        grown = np.arange(max(n + 1, 2 * len(_IDENTITY)), dtype=np.int32)
+        grown.flags.writeable = False
+        _IDENTITY = grown
+    return _IDENTITY[:n], _IDENTITY[1:n + 1]
 
 
 class Corpus:
