@@ -1,6 +1,7 @@
 """The shared judge limiter on a real Ray cluster: two workers, each with its own judge client, against the
 local fake provider server — never more than the global concurrency in flight, never past the shared cap."""
 
+import json
 import sys
 
 import pytest
@@ -87,3 +88,92 @@ def test_the_limiter_refuses_bad_settings_and_batch_mode(ray_cluster):
     prices = {"judge-m": Price(input=1.0, output=2.0, batch_input=0.5, batch_output=1.0)}
     with pytest.raises(InputError, match="mode: sync with a limiter"):
         OpenAIJudge(Sampling("judge-m"), prices, api_key="x", mode="batch", limiter=object())
+
+
+# ---------------------------------------------------------------------------------------------- judge score
+def _judged(tmp_path, capsys, inputs, fake, executor, cfg_path, name):
+    from tests.judges.test_cli_judge import cli, write_run_traces
+
+    from ragassay.golden import bundled_golden_source
+    from ragassay.store import Store
+
+    db = str(tmp_path / f"{name}.duckdb")
+    traces = write_run_traces(tmp_path / f"{name}.jsonl", inputs)
+    code, _, err = cli(["score", str(traces), "--golden", str(bundled_golden_source()), "--store", db,
+                        "--name", "a"], capsys)
+    assert code == 0, err
+    before = len(fake.seen)
+    code, out, err = cli(["judge", "a", "--judge", str(cfg_path), "--store", db, "--executor", executor,
+                          "--json"], capsys)
+    assert code == 0, err
+    with Store.open(db, read_only=True) as st:
+        results = sorted((r["query_id"], r["trial"], r["metric"], r["value"]) for r in st.results("a").to_pylist())
+        # wall times, and which call found the provider's prompt cache warm (call order: it varies between
+        # two local runs too, and the fake server, like a provider, remembers prompts across runs)
+        drop = ("run_id", "latency_ms", "created_at", "cached_tokens")
+        calls = sorted((tuple((k, v) for k, v in sorted(c.items()) if k not in drop) for c in st.judge_calls("a")),
+                       key=repr)
+    return json.loads(out), results, calls, len(fake.seen) - before, db
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    from ragassay.analysis.runner import load_inputs
+
+    return load_inputs(None, None)
+
+
+@pytest.mark.slow
+def test_judge_score_on_ray_stores_the_local_rows_and_calls(tmp_path, capsys, inputs, ray_cluster,
+                                                            fake_provider, monkeypatch):  # noqa: F811
+    from tests.judges.test_cli_judge import cli, judge_yaml, responder
+
+    monkeypatch.setenv("JUDGE_TEST_KEY", "sk-judge-SENTINEL-123")
+    fake_provider.responder = responder
+    fake_provider.latency = 0.02
+    cfg = judge_yaml(tmp_path, fake_provider, concurrency=2)
+    local = _judged(tmp_path, capsys, inputs, fake_provider, "local", cfg, "local")
+    fake_provider.max_inflight = 0
+    ray = _judged(tmp_path, capsys, inputs, fake_provider, "ray", cfg, "ray")
+    assert ray[1] == local[1] and len(local[1]) > 20        # the judge metrics, row for row
+    assert ray[2] == local[2] and len(local[2]) == local[3]  # every call record, one per paid request
+    assert ray[3] == local[3] > 10                          # the server billed the same calls
+    assert ray[0]["metrics"] == local[0]["metrics"] and ray[0]["calls"] == local[0]["calls"]
+    # the config's concurrency held for the cluster: two workers, at most 2 requests at the server at once
+    assert fake_provider.max_inflight == 2
+    # judged again on Ray with --resume: every answer comes from the store, nothing is paid
+    before = len(fake_provider.seen)
+    code, out, err = cli(["judge", "a", "--judge", str(cfg), "--store", ray[4], "--executor", "ray", "--resume",
+                          "--json"], capsys)
+    assert code == 0, err
+    assert len(fake_provider.seen) == before and json.loads(out)["cost"]["cache_hits"] == local[3]
+
+
+def test_judge_score_on_ray_keeps_the_spend_cap_for_the_cluster(tmp_path, capsys, inputs, ray_cluster,
+                                                                 fake_provider, monkeypatch):  # noqa: F811
+    from tests.judges.test_cli_judge import cli, judge_yaml, responder, write_run_traces
+
+    from ragassay.golden import bundled_golden_source
+    from ragassay.store import Store
+
+    monkeypatch.setenv("JUDGE_TEST_KEY", "sk-judge-SENTINEL-123")
+    fake_provider.responder = responder
+    # with max_tokens 256 at $2/M output a call's worst case is above $0.0005: a $0.002 cap stops within 4
+    cfg = judge_yaml(tmp_path, fake_provider, concurrency=4, spend_cap=0.002)
+    db = str(tmp_path / "cap.duckdb")
+    traces = write_run_traces(tmp_path / "cap.jsonl", inputs)
+    assert cli(["score", str(traces), "--golden", str(bundled_golden_source()), "--store", db, "--name", "a"],
+               capsys)[0] == 0
+    code, _, err = cli(["judge", "a", "--judge", str(cfg), "--store", db, "--executor", "ray"], capsys)
+    assert code == 2 and "spend cap" in err and "--resume" in err
+    with Store.open(db, read_only=True) as st:
+        calls = st.judge_calls("a")
+    assert 0 < len(calls) == len(fake_provider.seen) <= 4
+    assert sum(c["cost"] for c in calls) <= 0.002
+
+
+def test_judge_score_refuses_a_bad_executor_before_anything_runs(tmp_path, capsys):
+    from tests.judges.test_cli_judge import cli
+
+    code, _, err = cli(["judge", "a", "--judge", str(tmp_path / "missing.yaml"), "--executor", "spark"], capsys)
+    assert code == 2 and "--executor 'spark'" in err

@@ -55,12 +55,18 @@ def judge(
     golden: Path = typer.Option(None, "--golden", help="Golden set the run used (default: bundled)."),
     resume: bool = typer.Option(False, "--resume", help="Continue or re-score a run judged before under the "
                                                         "same judge; stored calls are not paid again."),
+    executor: str = typer.Option("local", "--executor", help="Where an LLM judge's calls are made: local "
+                                 "(default), ray (a new local Ray cluster) or ray:ADDRESS; on Ray the config's "
+                                 "concurrency and spend_cap hold for the whole cluster, and the stored rows "
+                                 "are the local ones."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Judge a stored run's answers (faithfulness, relevance, correctness, citations, nuggets), store the
     judge metrics with the judge's pins, and print the cost line."""
+    from ragassay.executors import check_executor
     from ragassay.judges.config import load_judge_config
 
+    executor = check_executor(executor)
     cfg = load_judge_config(judge_config)  # a bad config is refused before anything else is read
     if not store.is_file():
         raise InputError(f"{store}: no such store; run or score the run first (or pass --store)")
@@ -76,7 +82,7 @@ def judge(
             raise InputError(f"{path}: the traces of run {rec.name} are not there; pass them with --traces")
         _, recs, problems = read_traces(path)
         corp, gs = load_inputs(corpus, golden)
-        summary = judge_stored_run(st, rec.run_id, recs, gs, corp, cfg, resume=resume)
+        summary = judge_stored_run(st, rec.run_id, recs, gs, corp, cfg, resume=resume, executor=executor)
     out = summary.to_dict()
     out["trace_problems"] = len(problems)
     if json_out:

@@ -55,8 +55,14 @@ def _clean(obj: Any) -> Any:
 
 
 def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg: JudgeConfig, *,
-                     resume: bool = False) -> JudgeSummary:
+                     resume: bool = False, executor: Any = None) -> JudgeSummary:
     """Judge the answers of stored run ``run_ref`` from its ``traces`` and store the judge metrics.
+
+    ``executor`` (``"local"`` by default, ``"ray[:ADDRESS]"`` or an executor object) says where an LLM
+    judge's calls are made: on Ray they are spread over the workers behind one shared
+    :class:`~ragassay.judges.providers.ray_limiter.RayLimiter` (the config's ``concurrency`` and
+    ``spend_cap`` hold for the whole cluster), while this process keeps the cache lookups and writes every
+    call record, so the stored rows are the local ones. A local judge (lexical, embedding) always runs here.
 
     Raises ``InputError`` for a run judged before (without ``resume``), ``PinMismatchError`` for a run judged
     under other pins, and ``JudgeStopped`` when the spend cap or a fatal provider error stopped the calls
@@ -100,7 +106,7 @@ def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg:
         judged = local_judge_items(items, judge, numeric=cfg.numeric)
         cost = None
     else:
-        judged = judge_items(judge, rec.run_id, items, metrics=cfg.metrics, criteria=cfg.rubric_criteria())
+        judged = _judge_on(executor, judge, cfg, rec.run_id, items)
         cost = cost_line([j.record for j in judged.judgements], len(items), store)
         if judged.stopped is not None:
             raise JudgeStopped(
@@ -116,6 +122,23 @@ def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg:
     finally:
         store.finish_run(rec.run_id, status if status in ("complete", "failed") else "complete")
     return summary
+
+
+def _judge_on(executor: Any, judge, cfg: JudgeConfig, run_id: str, items: list) -> JudgedMetrics:
+    from ragassay.executors import LocalExecutor, get_executor
+
+    owned = not isinstance(executor, LocalExecutor)
+    ex = get_executor(executor)
+    try:
+        if ex.name == "local":
+            return judge_items(judge, run_id, items, metrics=cfg.metrics, criteria=cfg.rubric_criteria())
+        from ragassay.executors.judging import ClusterJudge
+
+        with ClusterJudge(judge, cfg, ex) as client:
+            return judge_items(client, run_id, items, metrics=cfg.metrics, criteria=cfg.rubric_criteria())
+    finally:
+        if owned:
+            ex.close()
 
 
 __all__ = ["PIN_KEYS", "JudgeSummary", "judge_stored_run"]
