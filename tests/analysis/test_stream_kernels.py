@@ -162,7 +162,7 @@ def _random_generation_case(rng: random.Random, n_queries: int):
                            end=rng.randint(-3, 14)) for u in ids]
             cites = []
             for _ in range(rng.randint(0, 4)):
-                s = rng.choice([None, 0, 3, 11, 2**40])
+                s = rng.choice([None, 0, 3, 11, 2**40, 10**30, 10**400])
                 cites.append(Citation(unit_id=rng.choice(["u1", "u2", "u5"]),
                                       doc_id=rng.choice([None, "", "d1", "d2", "dx"]),
                                       start=s, end=None if s is None else s + rng.choice([0, 1, 7])))

@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,7 @@ from ragassay.metrics import GradeMatrix, Semantics, evaluate
 from ragassay.metrics.generation import answer_tokens, token_f1_codes
 from ragassay.metrics.semantics import tie_rule
 from ragassay.trace import RunHeader, Trace, Unit, UnitCheck, validate_units
-from ragassay.trace.schema import first_index_codes
+from ragassay.trace.schema import dense_codes, first_index_codes
 
 METRIC_VERSION = "ragassay-metrics-1"
 DEFAULT_CUTOFFS = (1, 5, 10)
@@ -414,7 +415,7 @@ class GenerationColumns:
     cite_row: np.ndarray
     cite_unit: Sequence[str]
     cite_doc: Sequence[str | None]
-    cite_start: np.ndarray
+    cite_start: np.ndarray  # float64: exact below 2**53, and any offset above that is past every document
     cite_end: np.ndarray
     cite_span: np.ndarray
     packed_row: np.ndarray
@@ -428,14 +429,14 @@ class GenerationColumns:
            packed: tuple[np.ndarray, Sequence[str], Sequence[str], np.ndarray, np.ndarray]) -> GenerationColumns:
         """Citations from ``traces`` ((row, trace) pairs) and the packed units as (row, unit id, doc id, start,
         end) columns."""
-        cites = [(i, c) for i, m in traces if m.citations for c in m.citations]
-        k = len(cites)
-        span = np.fromiter((c.start is not None for _, c in cites), dtype=bool, count=k)
-        return cls(outcome, answer, np.fromiter((i for i, _ in cites), dtype=np.int64, count=k),
-                   [c.unit_id for _, c in cites], [c.doc_id for _, c in cites],
-                   np.fromiter((c.start if c.start is not None else 0 for _, c in cites), dtype=np.int64, count=k),
-                   np.fromiter((c.end if c.end is not None else 0 for _, c in cites), dtype=np.int64, count=k),
-                   span, *packed)
+        per = [m.citations for _, m in traces]
+        cites = list(itertools.chain.from_iterable(per))
+        rows = np.repeat(np.fromiter((i for i, _ in traces), dtype=np.int64, count=len(traces)),
+                         np.fromiter(map(len, per), dtype=np.int64, count=len(per)))
+        start = _offsets(list(map(attrgetter("start"), cites)))
+        return cls(outcome, answer, rows, list(map(attrgetter("unit_id"), cites)),
+                   list(map(attrgetter("doc_id"), cites)), start, _offsets(list(map(attrgetter("end"), cites))),
+                   ~np.isnan(start), *packed)
 
     @classmethod
     def from_traces(cls, row_traces: Sequence[Trace | None]) -> GenerationColumns:
@@ -448,6 +449,14 @@ class GenerationColumns:
                   [u.doc_id for _, u in units], np.fromiter((u.start for _, u in units), dtype=np.int64, count=k),
                   np.fromiter((u.end for _, u in units), dtype=np.int64, count=k))
         return cls.of(outcome, [rt.answer if rt is not None else None for rt in row_traces], present, packed)
+
+
+def _offsets(values: list[int | None]) -> np.ndarray:
+    """Citation offsets (ints >= 0, or None) as float64 with NaN for None; beyond float range, clamped."""
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except OverflowError:
+        return np.asarray([None if v is None else min(v, 2**64) for v in values], dtype=np.float64)
 
 
 def _generation_rows(refs: _References, query_codes: np.ndarray, g: GenerationColumns,
@@ -513,9 +522,19 @@ def _citation_validity(g: GenerationColumns, answered: np.ndarray,
     if doc_lengths is None:
         ok = np.ones(len(cite), dtype=bool)
     else:
-        docs = (g.cite_doc[c] or g.packed_doc[u] for c, u in zip(cite.tolist(), unit.tolist(), strict=True))
-        length = np.fromiter((doc_lengths.get(d, -1) for d in docs), dtype=np.int64, count=len(cite))
+        given = _objects(g.cite_doc)[cite]
+        docs = np.where(np.fromiter(map(bool, given), dtype=bool, count=len(given)), given,
+                        _objects(g.packed_doc)[unit])
+        code, distinct = dense_codes(docs.tolist())
+        length = np.fromiter(map(doc_lengths.get, distinct, itertools.repeat(-1)), dtype=np.int64,
+                             count=len(distinct))[code]
         ok = (length >= 0) & (0 <= s) & (s <= e) & (e <= length)
     valid = np.bincount(g.cite_row[cite[ok]], minlength=n)
     out[checked] = valid[checked] / n_cite[checked]
+    return out
+
+
+def _objects(values: Sequence) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
     return out

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from operator import attrgetter, methodcaller
 from pathlib import Path
 
 import numpy as np
@@ -227,8 +228,9 @@ def score_known(golden: GoldenSet, labels: Labels, part: _Known, rows: list[tupl
         emit("recall@context", np.where(silent, np.nan, context.recall_at(np.inf, relevant_ev, n_rel)))
         emit("context_tokens", ctx_tokens)
     if structure.outcome:
-        answers = [m.answer for m in traces] + [None]
-        cited = [(int(trace_row[t]), m) for t, m in enumerate(traces) if m.citations and trace_row[t] >= 0]
+        answers = [*map(attrgetter("answer"), traces), None]
+        n_cites = np.fromiter(map(len, map(attrgetter("citations"), traces)), dtype=np.int64, count=nt)
+        cited = [(int(trace_row[t]), traces[t]) for t in np.flatnonzero((n_cites > 0) & (trace_row[:nt] >= 0))]
         pu = np.flatnonzero((packed_sel & (list_row >= 0))[unit_list]) if len(unit_list) else unit_list
         packed = (list_row[unit_list[pu]], [u.unit_id[i] for i in pu.tolist()], [u.doc_id[i] for i in pu.tolist()],
                   u.start[pu], u.end[pu])
@@ -244,11 +246,12 @@ def score_known(golden: GoldenSet, labels: Labels, part: _Known, rows: list[tupl
 
     per_row = {"stratum": labels.stratum.take(pa.array(query_codes)),
                "judged_fraction": _floats(judged),
-               "latency_ms": per_trace([m.durations_ms.get("total") for m in traces], pa.float64()),
-               "tokens_in": per_trace([m.tokens_in for m in traces], pa.int64()),
-               "tokens_out": per_trace([m.tokens_out for m in traces], pa.int64()),
-               "cost": per_trace([m.cost for m in traces], pa.float64()),
-               "trace_id": per_trace([m.trace_id for m in traces], pa.string())}
+               "latency_ms": per_trace(list(map(methodcaller("get", "total"), map(attrgetter("durations_ms"), traces))),
+                                       pa.float64()),
+               "tokens_in": per_trace(list(map(attrgetter("tokens_in"), traces)), pa.int64()),
+               "tokens_out": per_trace(list(map(attrgetter("tokens_out"), traces)), pa.int64()),
+               "cost": per_trace(list(map(attrgetter("cost"), traces)), pa.float64()),
+               "trace_id": per_trace(list(map(attrgetter("trace_id"), traces)), pa.string())}
     return _column_table(rows, names, values, per_row), ctx_tokens
 
 
