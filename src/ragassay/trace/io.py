@@ -469,11 +469,15 @@ class TraceBatchReader:
     """Read a trace file in batches of columns: the problems, header and line map of :class:`TraceReader`,
     record for record, at a fraction of its cost.
 
-    Each line is parsed with orjson; the record without its units is validated by :class:`Trace` (cheap),
-    and the units of the whole batch are checked as columns for exact JSON types and ranges. Only a record
-    that fails a check, or a line orjson rejects (e.g. the NaN literal Python's json accepts), goes the
+    Each line is parsed once, by Arrow's JSON reader, into one table per batch holding the record fields
+    and the units (:mod:`ragassay.trace._arrow_batch`), and every record is validated on those columns.
+    A line Arrow cannot read, and a record that fails a column check, is handed back: it is parsed with
+    orjson, its record without units validated by :class:`Trace` and its units checked as columns, and a
+    record that fails that (or a line orjson rejects, e.g. the NaN literal Python's json accepts) goes the
     :class:`TraceReader` way (json module, full pydantic model), so the outcome and every problem message
-    are the same. Memory is bounded by the batch (plus the (query, trial) -> line map).
+    are the same. Traces read through Arrow are built without re-validation: they equal the validated
+    model (``==``), but their ``model_fields_set`` names every field and ``durations_ms`` keys follow the
+    batch's first-seen order. Memory is bounded by the batch (plus the (query, trial) -> line map).
     """
 
     def __init__(self, path: str | Path, batch_size: int = 2048):
