@@ -188,3 +188,17 @@ def test_analyzer_many_equals_stemming_each_text_on_its_own(opts):
     assert an.many(texts) == want
     assert [an(t) for t in reversed(texts)] == want[::-1]  # the memo gives the same stems later
     assert an.many(iter(texts[:5])) == want[:5]
+
+
+def test_analyzers_sharing_stems_give_their_own_terms():
+    from ragassay.pipeline.analyzer import Analyzer
+    from ragassay.pipeline.generator import support_analyzer
+
+    bm25, support, plain = Analyzer(), support_analyzer(), Analyzer(stemmer="french")
+    text = "The licensee would rather be running the licensed programs, which they are not."
+    want_bm25, want_support, want_plain = Analyzer()(text), support_analyzer()(text), Analyzer(stemmer="french")(text)
+    support.share_stems(bm25)
+    plain.share_stems(bm25)  # another algorithm: not shared
+    assert bm25.many([text]) == [want_bm25] and support(text) == want_support and plain(text) == want_plain
+    assert support._stems is bm25._stems and plain._stems is not bm25._stems
+    assert want_support != want_bm25  # different stopword lists, so sharing stems must not merge them

@@ -63,6 +63,12 @@ class Analyzer:
     def __call__(self, text: str) -> list[str]:
         return self.many([text])[0]
 
+    def share_stems(self, other: Analyzer) -> None:
+        """Use ``other``'s stem memo when both stem with the same algorithm (the pipeline's BM25 and
+        support analyzers usually do): a corpus' words are then stemmed once, not once per analyzer."""
+        if self.stemmer_name is not None and self.stemmer_name == other.stemmer_name:
+            self._stems = other._stems
+
     def many(self, texts: Iterable[str]) -> list[list[str]]:
         """The terms of each text, as ``[self(t) for t in texts]``.
 

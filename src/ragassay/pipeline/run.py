@@ -110,6 +110,7 @@ class Pipeline:
         self.analyzer = Analyzer(lowercase=b.lowercase, stemmer=b.stemmer, stopwords=b.stopwords)
         chunker_sha = config_sha(cfg.chunker.model_dump(mode="json"))
         self.support_analyzer = support_analyzer()
+        self.support_analyzer.share_stems(self.analyzer)
         # Chunks and their analyzed terms depend only on (corpus, chunker, analyzers): cache them with the
         # embeddings so a re-run or a sweep over later stages skips the work.
         artifact = None
@@ -416,13 +417,13 @@ class Pipeline:
         except for the stage timings.
 
         BM25 scoring (one sparse product), query embedding (one call), vector search, top-k and fusion
-        run once for the whole batch, as array operations, each distinct question once; reranking, packing and generation run per item on
-        integer chunk rows. Every floating-point sum keeps the per-query order, so the traces are equal
-        field for field (tested); they are built from trusted values without re-validation. Stage times:
-        only the stages an item runs on its own (``rerank``, ``pack``, ``generate``) are recorded. The
-        batched stages serve every item at once, so no request has a time of its own for them and there
-        is no ``total``: splitting the batch's time evenly would invent a latency. For per-request
-        latencies, use :meth:`run_query`.
+        run once for the whole batch, as array operations, each distinct question once; reranking,
+        packing and generation run per item on integer chunk rows. Every floating-point sum keeps the
+        per-query order, so the traces are equal field for field (tested); they are built from trusted
+        values without re-validation. Stage times: only the stages an item runs on its own (``rerank``,
+        ``pack``, ``generate``) are recorded. The batched stages serve every item at once, so no request
+        has a time of its own for them and there is no ``total``: splitting the batch's time evenly would
+        invent a latency. For per-request latencies, use :meth:`run_query`.
         """
         items = list(items)
         if not items:
