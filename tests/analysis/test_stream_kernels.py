@@ -287,3 +287,38 @@ def test_unit_validation_equals_the_lexsort_checks_on_random_lists(huge):
         assert check.doc_ids == list(dict.fromkeys(cols.doc_id))
         assert [check.doc_ids[c] for c in check.doc_code] == cols.doc_id
     assert n_repeats >= 10
+
+
+@pytest.mark.slow
+def test_score_known_reuses_the_validation_codes_and_gives_the_rows_of_a_bare_mask(tmp_path):
+    """The partitioned scorer passes only the failing-unit mask; the streaming scorer passes the whole check
+    (whose doc codes it reuses). Both give the same table, with units from a missing doc not credited."""
+    from ragassay.analysis.demo import demo_config_dir
+    from ragassay.analysis.runner import load_inputs
+    from ragassay.analysis.scoring import Labels, ScoringOptions, _doc_lengths
+    from ragassay.analysis.stream import Structure, _Known, score_known
+    from ragassay.pipeline import Pipeline
+    from ragassay.trace import write_traces
+    from ragassay.trace.sources import open_trace_batches
+
+    corpus, golden = load_inputs(None, None)
+    pipe = Pipeline.from_config(demo_config_dir() / "hybrid_rerank.yaml", corpus)
+    header, traces = pipe.run(golden.queries[:25], trials=1, progress=False, dataset_version=golden.dataset_version)
+    traces[0].fused[0].doc_id = "no-such-doc"
+    path = write_traces(tmp_path / "t.jsonl", header, traces)
+    reader = open_trace_batches(path, 4096)
+    part = _Known.of(next(iter(reader)), golden)
+    check = validate_unit_columns(part.units, corpus, reader.lines)
+    assert check.count >= 1 and "no-such-doc" in check.doc_ids
+    assert [check.doc_ids[c] for c in check.doc_code] == list(part.units.doc_id)
+    structure = Structure()
+    structure.grow(part)
+    labels, keys = Labels(golden, ScoringOptions()), [m.key for m in part.traces]
+    args = (golden, labels, part, keys, np.arange(len(keys)), structure, 10)
+    with_check, ctx_a = score_known(*args, check, _doc_lengths(corpus))
+    with_mask, ctx_b = score_known(*args, check.bad_mask, _doc_lengths(corpus))
+    assert with_check.column_names == with_mask.column_names and _same(ctx_a, ctx_b)
+    for name in with_check.column_names:  # values hold NaN, which Arrow's equality does not equate
+        a, b = with_check[name], with_mask[name]
+        assert _same(a.to_numpy(), b.to_numpy()) if name == "value" else a.equals(b), name
+    assert {"answer_f1", "citation_validity", "rerank_kept", "context_tokens"} <= set(with_check["metric"].to_pylist())

@@ -134,11 +134,14 @@ def _floats(values: np.ndarray) -> pa.Array:
 
 
 def score_known(golden: GoldenSet, labels: Labels, part: _Known, rows: list[tuple[str, int]],
-                row_trace: np.ndarray, structure: Structure, final_k: int, check: UnitCheck,
+                row_trace: np.ndarray, structure: Structure, final_k: int, check: UnitCheck | np.ndarray,
                 doc_lengths: dict[str, int] | None) -> tuple[pa.Table, np.ndarray]:
     """Rows for ``rows`` (trace index per row in ``row_trace``, -1 = no trace) and each row's
     context_tokens. ``check`` is the validation of ``part.units``: the units it flags are credited with
-    nothing, and its doc codes are reused."""
+    nothing, and its doc codes are reused (a bare mask of the failing units works too, at the cost of
+    coding the doc ids again)."""
+    if isinstance(check, np.ndarray):
+        check = UnitCheck(bad_mask=check)
     opt = labels.options
     rule = HitRule.parse(opt.hit_rule)
     idx, relevant_ev = labels.index, labels.relevant_ev
