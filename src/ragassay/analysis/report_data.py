@@ -10,13 +10,15 @@ import io
 import itertools
 import json
 import math
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
 
 from ragassay import __version__
 from ragassay.analysis.compare import Comparison, run_pins
@@ -130,15 +132,113 @@ def pins_of(rec, metrics=()) -> dict:
 
 
 @dataclass
+class TraceColumns:
+    """Trial 0 of each query, in file order, as columns: outcome and answer, the ranked list (reranked, else
+    fused) of the queries that have one, and the units shown (the first of the ranked list, else of packed).
+    Units name their document by a code into ``doc_names``; ``*_offsets`` delimit each query's units."""
+
+    query_id: list
+    outcome: list
+    answer: list
+    doc_names: list
+    has_ranked: np.ndarray
+    ranked_offsets: np.ndarray
+    ranked_doc: np.ndarray
+    ranked_start: np.ndarray
+    ranked_end: np.ndarray
+    shown_offsets: np.ndarray
+    shown_doc: np.ndarray
+    shown_start: np.ndarray
+    shown_end: np.ndarray
+    shown_text: list
+
+    @classmethod
+    def from_dicts(cls, shown: dict, ranked: dict) -> TraceColumns:
+        qids = list(shown)
+        names: dict = {}
+        code = names.setdefault
+
+        def flat(lists):
+            lens = np.fromiter((len(u) for u in lists), dtype=np.int64, count=len(lists))
+            units = list(itertools.chain.from_iterable(lists))
+            offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+            doc = np.fromiter((code(u[0], len(names)) for u in units), dtype=np.int64, count=len(units))
+            start = np.fromiter((u[1] for u in units), dtype=np.int64, count=len(units))
+            end = np.fromiter((u[2] for u in units), dtype=np.int64, count=len(units))
+            return offsets, doc, start, end, units
+
+        r_off, r_doc, r_start, r_end, _ = flat([ranked.get(q, []) for q in qids])
+        s_off, s_doc, s_start, s_end, units = flat([shown[q][2] for q in qids])
+        return cls(qids, [shown[q][0] for q in qids], [shown[q][1] for q in qids], list(names),
+                   np.asarray([q in ranked for q in qids], dtype=bool), r_off, r_doc, r_start, r_end,
+                   s_off, s_doc, s_start, s_end, [u[3] for u in units])
+
+    def shown_dict(self) -> dict:
+        names, out = self.doc_names, {}
+        for i, q in enumerate(self.query_id):
+            a, b = int(self.shown_offsets[i]), int(self.shown_offsets[i + 1])
+            out[q] = (self.outcome[i], self.answer[i],
+                      [(names[d], s, e, t) for d, s, e, t in zip(self.shown_doc[a:b].tolist(),
+                                                                  self.shown_start[a:b].tolist(),
+                                                                  self.shown_end[a:b].tolist(),
+                                                                  self.shown_text[a:b], strict=True)])
+        return out
+
+    def ranked_dict(self) -> dict:
+        names, out = self.doc_names, {}
+        for i in np.flatnonzero(self.has_ranked).tolist():
+            a, b = int(self.ranked_offsets[i]), int(self.ranked_offsets[i + 1])
+            out[self.query_id[i]] = [(names[d], s, e) for d, s, e in zip(
+                self.ranked_doc[a:b].tolist(), self.ranked_start[a:b].tolist(), self.ranked_end[a:b].tolist(),
+                strict=True)]
+        return out
+
+
 class RunTraces:
     """What the report shows of a run's traces (trial 0): outcome, answer and the first units per query,
-    and the ranked list of every query as flat columns for the recall curves."""
+    and the ranked list of every query for the recall curves — held as :class:`TraceColumns` when read by
+    the columnar reader, as dicts when given (``shown``: query_id -> (outcome, answer, [(doc_id, start,
+    end, text)]), ``ranked``: query_id -> [(doc_id, start, end)]); each form is built from the other on
+    first use. ``problems`` are (line, message); ``durations`` every trial's durations_ms, for the
+    stage-latency section; ``later_trials`` (query_id, trial >= 1) -> (outcome, answer)."""
 
-    shown: dict = field(default_factory=dict)  # query_id -> (outcome, answer, [(doc_id, start, end, text)])
-    ranked: dict = field(default_factory=dict)  # query_id -> [(doc_id, start, end)]
-    problems: list = field(default_factory=list)  # (line, message)
-    durations: list = field(default_factory=list)  # every trial's durations_ms, for the stage-latency section
-    later_trials: dict = field(default_factory=dict)  # (query_id, trial >= 1) -> (outcome, answer)
+    def __init__(self, shown: dict | None = None, ranked: dict | None = None, problems: list | None = None,
+                 durations: list | None = None, later_trials: dict | None = None,
+                 columns: TraceColumns | None = None):
+        self._shown = shown if shown is not None or columns is not None else {}
+        self._ranked = ranked if ranked is not None or columns is not None else {}
+        self._columns = columns
+        self.problems = problems if problems is not None else []
+        self.durations = durations if durations is not None else []
+        self.later_trials = later_trials if later_trials is not None else {}
+
+    @property
+    def shown(self) -> dict:
+        if self._shown is None:
+            self._shown = self._columns.shown_dict()
+        return self._shown
+
+    @property
+    def ranked(self) -> dict:
+        if self._ranked is None:
+            self._ranked = self._columns.ranked_dict()
+        return self._ranked
+
+    @property
+    def columns(self) -> TraceColumns:
+        if self._columns is None:
+            self._columns = TraceColumns.from_dicts(self.shown, self.ranked)
+        return self._columns
+
+    def drop_ranked(self) -> None:
+        """Forget the ranked lists (they serve only the recall curve), keeping what the table shows."""
+        cols = self.columns
+        empty = np.zeros(0, dtype=np.int64)
+        self._columns = TraceColumns(
+            cols.query_id, cols.outcome, cols.answer, cols.doc_names, np.zeros(len(cols.query_id), dtype=bool),
+            np.zeros(len(cols.query_id) + 1, dtype=np.int64), empty, empty, empty, cols.shown_offsets,
+            cols.shown_doc, cols.shown_start, cols.shown_end, cols.shown_text)
+        self._ranked = {}
 
 
 def _is_int(x) -> bool:
@@ -220,8 +320,211 @@ def _parse_line(blob: bytes):
 
 
 def read_report_traces(path: str | Path) -> RunTraces:
-    """Read a trace file for the report: each record's shown fields, with problems counted per line. The file
-    is streamed line by line and only the shown fields are kept, so memory is what the page needs."""
+    """Read a trace file for the report: each record's shown fields, with problems counted per line.
+
+    Arrow's JSON reader parses the fields the report reads straight into columns and every check runs over
+    whole columns (:func:`_read_columns`); a file it cannot take as a whole — any problem, or anything its
+    parser and Python's JSON read differently — is read line by line instead, which reports each problem."""
+    fast = _read_columns(Path(path))
+    return fast if fast is not None else _read_lines(Path(path))
+
+
+_UNIT_TYPE = pa.struct([("doc_id", pa.string()), ("start", pa.int64()), ("end", pa.int64()),
+                        ("text", pa.string())])
+# durations_ms as an empty struct: Arrow says per record whether it is an object, without its keys
+_TRACE_SCHEMA = pa.schema([("type", pa.string()), ("query_id", pa.string()), ("trial", pa.int64()),
+                           ("outcome", pa.string()), ("answer", pa.string()), ("durations_ms", pa.struct([])),
+                           ("fused", pa.list_(_UNIT_TYPE)), ("reranked", pa.list_(_UNIT_TYPE)),
+                           ("packed", pa.list_(_UNIT_TYPE))])
+# An explicit null differs from an absent key for these (absent trial is 0 and an absent list empty; null is
+# a problem), and Arrow reads both as null: a file holding one goes line by line.
+_NULL_MATTERS = re.compile(rb'"(?:trial|fused|packed)"\s*:\s*null')
+# durations_ms maps stage names to numbers: a flat object, taken from the bytes in record order
+_DURATIONS = re.compile(rb'"durations_ms"\s*:\s*(\{[^{}]*\})')
+_NUMBER = rb'(?:-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|NaN|-?Infinity)'
+_KEY = rb'"(?:[^"\\\x00-\x1f]|\\.)*"'
+_NUMBER_MAP = re.compile(rb'\{\s*(?:' + _KEY + rb'\s*:\s*' + _NUMBER + rb'\s*(?:,\s*' + _KEY + rb'\s*:\s*' +
+                         _NUMBER + rb'\s*)*)?\}')
+_BLANK_LINE = re.compile(rb'\n[ \t\r]*(?=\n)')
+
+
+def _read_columns(path: Path) -> RunTraces | None:
+    """The columnar reader, or None when the file needs the line-by-line one (see :func:`read_report_traces`).
+
+    None whenever a record would be a problem (or might be read differently): Arrow fails to parse or
+    convert (bad JSON, a non-object line, a duplicate key, wrong types, booleans as numbers), a record has
+    an unknown type, an invalid query id, trial, outcome or answer, a unit without doc_id or offsets in a
+    list the report reads, a (query, trial) twice, durations that are not a flat map to numbers, or lines
+    and records do not pair one to one."""
+    tables, duration_objs, n_duration_keys = [], [], 0
+    try:
+        for data in _line_blocks(path):
+            if _NULL_MATTERS.search(data):
+                return None
+            keys = data.count(b'"durations_ms"')
+            objs = _DURATIONS.findall(data) if keys else []
+            end_first = data.find(b"\n")
+            n_blank = len(_BLANK_LINE.findall(data)) + (not data[: end_first if end_first >= 0 else len(data)].strip())
+            table = pj.read_json(pa.py_buffer(data), read_options=pj.ReadOptions(block_size=len(data) + 1),
+                                 parse_options=pj.ParseOptions(explicit_schema=_TRACE_SCHEMA,
+                                                               unexpected_field_behavior="ignore"))
+            # a line holding two objects is two records to Arrow and not JSON to Python
+            if table.num_rows != data.count(b"\n") + (not data.endswith(b"\n")) - n_blank or len(objs) != keys:
+                return None
+            tables.append(table)
+            duration_objs += objs
+            n_duration_keys += keys
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    if not tables:
+        return None
+    table = pa.concat_tables(tables)
+    del tables
+    table = table.combine_chunks()
+    kind = pc.fill_null(table["type"], "")
+    if not pc.all(pc.is_in(kind, value_set=pa.array(["trace", "header"]))).as_py():
+        return None
+    has_durations = table["durations_ms"].is_valid().to_numpy(zero_copy_only=False)
+    if int(has_durations.sum()) != n_duration_keys:
+        return None  # a durations_ms key nested elsewhere, or one that is null
+    is_trace = pc.equal(kind, "trace")
+    # duration_objs holds one map per record that has one, in file order: keep the trace records'
+    durations = _durations([duration_objs[i] for i in np.flatnonzero(
+        is_trace.to_numpy(zero_copy_only=False)[has_durations]).tolist()])
+    if durations is None:
+        return None
+    tr = table.filter(is_trace).combine_chunks()
+    n = tr.num_rows
+    qid = tr["query_id"]
+    trial = pc.fill_null(tr["trial"], 0).to_numpy(zero_copy_only=False)
+    outcome, answer = tr["outcome"], tr["answer"]
+    if qid.null_count or pc.any(pc.equal(qid, "")).as_py() or (trial < 0).any():
+        return None
+    if not pc.all(pc.is_in(pc.fill_null(outcome, "answered"), value_set=pa.array(OUTCOMES))).as_py() or \
+            pc.any(pc.and_(pc.equal(pc.fill_null(outcome, ""), "answered"), answer.is_null())).as_py():
+        return None
+    codes = pc.dictionary_encode(qid).combine_chunks().indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    if n and len(np.unique(codes * (int(trial.max()) + 1) + trial)) != n:
+        return None
+    lists = {name: _unit_list(tr[name], n) for name in ("fused", "reranked", "packed")}
+    use_rr = tr["reranked"].is_valid().to_numpy(zero_copy_only=False)
+    ranked_len = np.where(use_rr, lists["reranked"]["len"], lists["fused"]["len"])
+    if (np.where(use_rr, lists["reranked"]["bad"], lists["fused"]["bad"]).any()
+            or (lists["packed"]["bad"] & (ranked_len == 0)).any()):
+        return None
+    t0 = np.flatnonzero(trial == 0)
+    later = np.flatnonzero(trial != 0)
+    outcomes, answers = outcome.to_pylist(), answer.to_pylist()
+    qids = qid.to_pylist()
+    later_trials = {(qids[i], int(trial[i])): (outcomes[i], answers[i]) for i in later.tolist()}
+    return RunTraces(problems=[], durations=durations, later_trials=later_trials,
+                     columns=_trial0_columns(t0, qids, outcomes, answers, lists, use_rr))
+
+
+def _line_blocks(path: Path, size: int = 8 << 20):
+    """The file in blocks of whole lines of about ``size`` bytes, so Arrow's parse buffers stay small."""
+    with path.open("rb") as fh:
+        rest = b""
+        while block := fh.read(size):
+            block = rest + block
+            cut = block.rfind(b"\n") + 1
+            rest = block[cut:]
+            if cut:
+                yield block[:cut]
+        if rest:
+            yield rest
+
+
+def _unit_list(col, n: int) -> dict:
+    """One list column of units: per record its length and whether a unit lacks doc_id or offsets, and
+    the units as flat arrays (document ids dictionary-encoded)."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    lens = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    units = pc.list_flatten(col)
+    parent = pc.list_parent_indices(col).to_numpy(zero_copy_only=False)
+    doc = pc.struct_field(units, "doc_id")
+    start, end = pc.struct_field(units, "start"), pc.struct_field(units, "end")
+    bad_unit = pc.or_kleene(pc.or_kleene(units.is_null(), pc.or_kleene(doc.is_null(), pc.equal(doc, ""))),
+                            pc.or_kleene(start.is_null(), end.is_null()))
+    bad_unit = pc.fill_null(bad_unit, True).to_numpy(zero_copy_only=False)
+    bad = np.bincount(parent[bad_unit], minlength=n).astype(bool) if bad_unit.any() else np.zeros(n, dtype=bool)
+    return {"len": lens, "bad": bad, "doc": pc.fill_null(doc, ""), "start": start, "end": end,
+            "text": pc.struct_field(units, "text"), "first": np.concatenate([[0], np.cumsum(lens)])}
+
+
+def _durations(objs: list) -> list | None:
+    """The non-empty durations_ms maps of ``objs`` (JSON objects, in file order), none at all when no map
+    has a total (the stage-latency section needs it); None when one is not a map of numbers."""
+    if not any(b'"total"' in o for o in objs):
+        # nothing will be kept: only check each is a map of numbers, without building 100,000 dicts
+        return [] if all(_NUMBER_MAP.fullmatch(o) for o in objs) else None
+    try:
+        maps = orjson.loads(b"[" + b",".join(objs) + b"]")
+    except orjson.JSONDecodeError:  # NaN or Infinity: Python's parser reads them, as the line reader does
+        try:
+            maps = [json.loads(o) for o in objs]
+        except ValueError:
+            return None
+    if not all(type(v) in (int, float) for m in maps for v in m.values()):
+        return None
+    return [m for m in maps if m] if any("total" in m for m in maps) else []
+
+
+def _trial0_columns(rows: np.ndarray, qids: list, outcomes: list, answers: list, lists: dict,
+                    use_rr: np.ndarray) -> TraceColumns:
+    """Trial 0's records as :class:`TraceColumns`: the ranked list is reranked when given, else fused; the
+    shown units the first :data:`MAX_RETRIEVED_SHOWN` of it, else of packed."""
+    fu, rr, pk = lists["fused"], lists["reranked"], lists["packed"]
+    names: dict = {}
+
+    def gather(source_of_row: np.ndarray, limit: int | None):
+        """Units of each row from the list ``source_of_row`` names (0 fused, 1 reranked, 2 packed)."""
+        srcs = (fu, rr, pk)
+        lens = np.choose(source_of_row, [s["len"][rows] for s in srcs])
+        if limit is not None:
+            lens = np.minimum(lens, limit)
+        first = np.choose(source_of_row, [s["first"][:-1][rows] for s in srcs])
+        offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        within = np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], lens)
+        at = np.repeat(first, lens) + within
+        which = np.repeat(source_of_row, lens)
+        doc = np.zeros(len(at), dtype=np.int64)
+        start = np.zeros(len(at), dtype=np.int64)
+        end = np.zeros(len(at), dtype=np.int64)
+        text: list = [None] * len(at)
+        for k, s in enumerate(srcs):
+            sel = np.flatnonzero(which == k)
+            if not len(sel):
+                continue
+            idx = pa.array(at[sel])
+            enc = pc.dictionary_encode(s["doc"].take(idx))
+            local = np.fromiter((names.setdefault(d, len(names)) for d in enc.dictionary.to_pylist()),
+                                dtype=np.int64, count=len(enc.dictionary))
+            doc[sel] = local[enc.indices.to_numpy(zero_copy_only=False)]
+            start[sel] = s["start"].take(idx).to_numpy(zero_copy_only=False)
+            end[sel] = s["end"].take(idx).to_numpy(zero_copy_only=False)
+            texts = s["text"].take(idx)
+            if texts.null_count < len(texts):
+                for j, t in zip(sel.tolist(), texts.to_pylist(), strict=True):
+                    text[j] = t
+        return offsets, doc, start, end, text
+
+    use = use_rr[rows]
+    ranked_src = np.where(use, 1, 0)
+    has_ranked = (fu["len"][rows] > 0) | (rr["len"][rows] > 0)
+    r_off, r_doc, r_start, r_end, _ = gather(ranked_src, None)  # no units where has_ranked is False
+    ranked_len = np.where(use, rr["len"][rows], fu["len"][rows])
+    shown_src = np.where(ranked_len > 0, ranked_src, 2)
+    s_off, s_doc, s_start, s_end, s_text = gather(shown_src, MAX_RETRIEVED_SHOWN)
+    pick = rows.tolist()
+    return TraceColumns([qids[i] for i in pick], [outcomes[i] for i in pick], [answers[i] for i in pick],
+                        list(names), has_ranked, r_off, r_doc, r_start, r_end, s_off, s_doc, s_start, s_end,
+                        s_text)
+
+
+def _read_lines(path: Path) -> RunTraces:
+    """The line-by-line reader: every record parsed and checked on its own, each problem kept with its line.
+    Only the shown fields are kept, so memory is what the page needs."""
     out, seen = RunTraces(), {}
     docs: dict = {}  # one string object per document id, not one per unit that names it
     with Path(path).open("rb") as fh:
@@ -285,6 +588,8 @@ def load_run_traces(rec, traces_dir: str | Path | None = None) -> tuple[RunTrace
     if not path.is_file():
         return None, f"run {rec.name}: no {path.name} in {folder}; pass the --traces-dir that holds it"
     traces = read_report_traces(path)
+    # Arrow's allocator keeps the parse buffers for reuse; the report parses nothing else this size
+    pa.default_memory_pool().release_unused()
     if traces.problems:
         line, msg = traces.problems[0]
         return traces, (f"run {rec.name}: {len(traces.problems)} malformed record(s) in {path} were skipped "
@@ -377,7 +682,7 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
         if (c := _recall_curve(r, traces[r.run_id], golden, idx)) is not None:
             curves.append(c)
         if traces[r.run_id] is not None:
-            traces[r.run_id].ranked = {}
+            traces[r.run_id].drop_ranked()
     # a run without traces still has its rows; what its traces would show is marked unavailable, with why
     data["warnings"] = [u["reason"] for u in unavailable]
     data["traces_unavailable"] = unavailable
@@ -415,30 +720,53 @@ def _resamples_note(used, requested: int | None, n_queries: int) -> dict:
                                f"compare` gives the full count")}
 
 
-def _recall_curve(rec, tr: RunTraces | None, golden: GoldenSet, idx: EvidenceIndex) -> dict | None:
+def _units_of(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(units per row, flat unit index) of ``rows`` in that order, for units delimited by ``offsets``."""
+    lens = offsets[rows + 1] - offsets[rows]
+    ends = np.cumsum(lens)
+    return lens, np.repeat(offsets[rows] - (ends - lens), lens) + np.arange(int(ends[-1]) if len(ends) else 0)
+
+
+def _golden_rows(cols: TraceColumns, pos: dict) -> np.ndarray:
+    """Each trace query's position in the golden set, -1 for a query the set does not hold."""
+    return np.fromiter((pos.get(q, -1) for q in cols.query_id), dtype=np.int64, count=len(cols.query_id))
+
+
+def _unit_keys(idx: EvidenceIndex, cols: TraceColumns, gpos: np.ndarray, docs: np.ndarray) -> np.ndarray:
+    """:meth:`EvidenceIndex.encode` of units given their query's golden position and their document code:
+    the index's query code is the query's position in the set, so only the few document names are looked up."""
+    doc_code = np.fromiter((idx.doc_codes.get(d, -1) for d in cols.doc_names), dtype=np.int64,
+                           count=len(cols.doc_names))[docs] if len(docs) else np.zeros(0, dtype=np.int64)
+    return np.where((gpos >= 0) & (doc_code >= 0), gpos * idx.n_docs + doc_code, -1)
+
+
+def _recall_curve(rec, tr: RunTraces | None, golden: GoldenSet, idx: EvidenceIndex,
+                  pos: dict | None = None) -> dict | None:
     """Mean recall@k of the ranked (reranked, else fused) list over the queries with relevant evidence,
     every unit of every query scored in one vectorised pass."""
-    if tr is None or not tr.ranked:
+    if tr is None:
         return None
-    lists = [(i, tr.ranked[q.query_id]) for i, q in enumerate(golden.queries) if q.query_id in tr.ranked]
-    if not lists:
+    cols = tr.columns
+    pos = pos if pos is not None else {q.query_id: i for i, q in enumerate(golden.queries)}
+    gpos = _golden_rows(cols, pos)
+    rows = np.flatnonzero(cols.has_ranked & (gpos >= 0))
+    if not len(rows):
         return None
-    lens = np.fromiter((len(u) for _, u in lists), dtype=np.int64, count=len(lists))
+    rows = rows[np.argsort(gpos[rows], kind="stable")]  # golden order, so the mean sums in the same order
+    lens, unit = _units_of(cols.ranked_offsets, rows)
     depth = int(lens.max())
     thr = rec.relevance_threshold or 2
     # relevant spans per query, counted from the index (its query code is the query's position in the set)
     per_query = np.bincount(idx.key[idx.grade >= thr] // idx.n_docs, minlength=len(golden.queries))
-    n_rel = per_query[[i for i, _ in lists]].astype(float)
-    row = np.repeat(np.arange(len(lists)), lens)
+    n_rel = per_query[gpos[rows]].astype(float)
+    row = np.repeat(np.arange(len(rows)), lens)
     # rank within each list: position in the flat array minus where the list starts
     rank = np.arange(len(row)) - np.repeat(np.cumsum(lens) - lens, lens)
-    flat = list(itertools.chain.from_iterable(u for _, u in lists))
-    docs, starts, ends = zip(*flat, strict=True) if flat else ((), (), ())
-    qids = np.repeat(np.asarray([golden.queries[i].query_id for i, _ in lists], dtype=object), lens)
-    unit_i, ev_i = idx.hit_pairs(idx.encode(qids, docs), starts, ends, HitRule.parse(rec.hit_rule))
+    keys = _unit_keys(idx, cols, np.repeat(gpos[rows], lens), cols.ranked_doc[unit])
+    unit_i, ev_i = idx.hit_pairs(keys, cols.ranked_start[unit], cols.ranked_end[unit], HitRule.parse(rec.hit_rule))
     keep = idx.grade[ev_i] >= thr
     unit_i, ev_i = unit_i[keep], ev_i[keep]
-    hits = np.zeros((len(lists), depth))
+    hits = np.zeros((len(rows), depth))
     if len(unit_i):
         # each relevant span counts once, at the first rank that hits it
         first = np.full(len(idx.grade), depth, dtype=np.int64)
@@ -579,28 +907,26 @@ def _queries(store, recs, traces, golden: GoldenSet, corpus, idx, comparisons, c
         tr = traces[r.run_id]
         ms, values, present = wide[r.run_id]
         outcome, answer, ret_n, ret_span, ret_grade = [None] * n, [None] * n, [0] * n, [], []
-        units, unit_q = [], []
         if tr is not None:
-            for qid, (o, a, shown) in tr.shown.items():
-                i = pos.get(qid)
-                if i is None:
-                    continue
-                outcome[i] = o
+            cols = tr.columns
+            gpos = _golden_rows(cols, pos)
+            rows = np.flatnonzero(gpos >= 0)
+            for i, k in zip(gpos[rows].tolist(), rows.tolist(), strict=True):
+                a = cols.answer[k]
+                outcome[i] = cols.outcome[k]
                 if a is not None and len(a) > answer_limit:
                     a, n_answers_cut = a[:answer_limit], n_answers_cut + 1
                 answer[i] = a
-                ret_n[i] = len(shown)
-                units.append(shown)
-                unit_q.append(i)
-        # units in query order, so each query's run of units follows the counts in ret_n
-        order = np.argsort(np.asarray(unit_q, dtype=np.int64), kind="stable")
-        flat = [(unit_q[k], u) for k in order.tolist() for u in units[k]]
-        if flat:
-            grades, _ = idx.grades([qs[i].query_id for i, _ in flat], [u[0] for _, u in flat],
-                                   [u[1] for _, u in flat], [u[2] for _, u in flat], HitRule.parse(r.hit_rule))
-            ret_grade = grades.tolist()
-        add = spans.add_corpus
-        ret_span = [add(doc, s, e, text) for _, (doc, s, e, text) in flat]
+            # units in query order, so each query's run of units follows the counts in ret_n
+            rows = rows[np.argsort(gpos[rows], kind="stable")]
+            lens, unit = _units_of(cols.shown_offsets, rows)
+            for i, c in zip(gpos[rows].tolist(), lens.tolist(), strict=True):
+                ret_n[i] = c
+            if len(unit):
+                docs, starts, ends = cols.shown_doc[unit], cols.shown_start[unit], cols.shown_end[unit]
+                keys = _unit_keys(idx, cols, np.repeat(gpos[rows], lens), docs)
+                ret_grade = idx.grades_for_keys(keys, starts, ends, HitRule.parse(r.hit_rule))[0].tolist()
+                ret_span = _unit_spans(spans, cols, unit, docs, starts, ends)
         runs.append({"name": r.name, "present": present.tolist(), "outcome": outcome, "answer": answer,
                      "metrics": {m: _rounded(values[:, j]) for j, m in enumerate(ms)},
                      "retrieved": {"n": ret_n, "span": ret_span, "grade": ret_grade}})
@@ -627,6 +953,37 @@ def _queries(store, recs, traces, golden: GoldenSet, corpus, idx, comparisons, c
              "runs": runs, "worst": worst, "answer_max_chars": answer_limit, "n_answers_cut": n_answers_cut,
              "metrics_omitted": 0 if full else n_values - sum(len(w[0]) for w in wide.values()) * n}
     return table, [qs[i].query_id for i in ranked.tolist()]
+
+
+def _unit_spans(spans: _Spans, cols: TraceColumns, unit: np.ndarray, docs: np.ndarray, starts: np.ndarray,
+                ends: np.ndarray) -> list:
+    """:meth:`_Spans.add_corpus` of every shown unit ``unit``, in order; a span of a corpus document is
+    looked up once however many units repeat it (each distinct one in the order it first appears, so every
+    span gets the index the unit-by-unit loop gives it)."""
+    corpus = spans._corpus
+    in_corpus = np.fromiter((corpus is not None and d in corpus for d in cols.doc_names), dtype=bool,
+                            count=len(cols.doc_names))[docs]
+    out = np.empty(len(docs), dtype=np.int64)
+    sel = np.flatnonzero(in_corpus)
+    events = np.flatnonzero(~in_corpus)  # a unit of another document: its own text, looked up unit by unit
+    if len(sel):
+        d, a, b = docs[sel], starts[sel], ends[sel]
+        lo = min(int(a.min()), int(b.min()), 0)
+        span_a, span_b = int(a.max()) - lo + 1, int(b.max()) - lo + 1
+        if (int(d.max()) + 1) * span_a * span_b < 2**62:  # one int64 key per (doc, start, end)
+            trip = (d * span_a + (a - lo)) * span_b + (b - lo)
+            _, first, inverse = np.unique(trip, return_index=True, return_inverse=True)
+        else:
+            _, first, inverse = np.unique(np.stack([d, a, b], axis=1), axis=0, return_index=True,
+                                          return_inverse=True)
+        del d, a, b
+        events = np.sort(np.concatenate([events, sel[first]]))
+    names, add, texts = cols.doc_names, spans.add_corpus, cols.shown_text
+    for u in events.tolist():
+        out[u] = add(names[docs[u]], int(starts[u]), int(ends[u]), texts[int(unit[u])])
+    if len(sel):
+        out[sel] = out[sel[first]][inverse.reshape(-1)]
+    return out.tolist()
 
 
 def _metric(w, metric: str) -> np.ndarray | None:

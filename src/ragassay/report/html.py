@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import math
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -864,23 +865,54 @@ def _queries_view(data: Mapping, run_names: list[str]) -> dict | None:
         "columns": columns,
         "ncols": col,
         "notes": notes,
-        **_embed(script_json(payload)),
+        **_embed(_json_pieces(payload)),
     }
 
 
-def _embed(text: str) -> dict:
+def _embed(pieces: Iterable[str]) -> dict:
     """The query data as the page carries it: the JSON itself, or above :data:`COMPRESS_ABOVE` characters
     its raw DEFLATE stream in base64 (40 MB of JSON becomes about 11 MB; the page's script inflates it,
     synchronously, before drawing the table). Base64 holds only ``[A-Za-z0-9+/=]``, so it is as inert in the
-    page as escaped JSON."""
-    if len(text) <= COMPRESS_ABOVE:
-        return {"json": Markup(text), "encoding": None, "json_bytes": None}
-    raw = text.encode("utf-8")
+    page as escaped JSON. ``pieces`` (:func:`_json_pieces`) are compressed as they come, so the whole JSON
+    text never sits in memory beside its encoded bytes."""
+    head, size, rest = [], 0, iter(pieces)
+    for piece in rest:
+        head.append(piece)
+        size += len(piece)
+        if size > COMPRESS_ABOVE:
+            break
+    else:
+        return {"json": Markup("".join(head)), "encoding": None, "json_bytes": None}
     # level 1: a third of a second for 40 MB, within a few percent of the best level's size once in base64
     deflate = zlib.compressobj(1, zlib.DEFLATED, -15)
-    packed = deflate.compress(raw) + deflate.flush()
-    return {"json": Markup(base64.b64encode(packed).decode("ascii")), "encoding": "deflate-base64",
-            "json_bytes": len(raw)}
+    packed, n_raw = [], 0
+    for piece in itertools.chain(head, rest):
+        raw = piece.encode("utf-8")
+        n_raw += len(raw)
+        packed.append(deflate.compress(raw))
+    packed.append(deflate.flush())
+    return {"json": Markup(base64.b64encode(b"".join(packed)).decode("ascii")), "encoding": "deflate-base64",
+            "json_bytes": n_raw}
+
+
+def _json_pieces(obj: object, depth: int = 3) -> Iterator[str]:
+    """:func:`script_json` of ``obj`` in pieces that concatenate to it: objects with string keys and lists
+    are opened ``depth`` levels down, so no piece is more than one column of the query data."""
+    if depth and isinstance(obj, Mapping) and all(isinstance(k, str) for k in obj):
+        yield "{"
+        for i, (k, v) in enumerate(obj.items()):
+            yield ("," if i else "") + script_json(k) + ":"
+            yield from _json_pieces(v, depth - 1)
+        yield "}"
+    elif depth and isinstance(obj, list) and len(obj) <= 16:
+        yield "["
+        for i, v in enumerate(obj):
+            if i:
+                yield ","
+            yield from _json_pieces(v, depth - 1)
+        yield "]"
+    else:
+        yield script_json(obj)
 
 
 def script_json(obj: object) -> str:
