@@ -28,6 +28,7 @@ def judge_lines(db, capsys) -> list[dict]:
     return [c for c in json.loads(out)["checks"] if c["area"] == "judges"]
 
 
+@pytest.mark.slow  # validates the lexical judge three times (2-6 s)
 def test_doctor_names_the_judge_its_record_and_whose_labels(tmp_path, capsys):
     db = tmp_path / "s.duckdb"
     pins = JudgeConfig(provider="local", model="lexical", metrics=["faithfulness"]).pins()

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import pytrec_eval
 
 from ragassay.metrics.trec import write_qrels, write_run
@@ -44,6 +45,7 @@ def _probe(args):
     return proc.stdout, proc.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow  # four fresh interpreters (2-5 s)
 def test_trec_cli_scores_without_importing_pandas_and_matches_pytrec_eval(tmp_path):
     for shuffle in (False, True):
         qrels, run = _files(tmp_path, shuffle)
