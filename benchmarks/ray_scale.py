@@ -127,8 +127,7 @@ def main() -> None:
 
 def _overhead(ray, ex, golden) -> float:
     workers = ex.pipeline_workers(_Empty(), golden)
-    score = ray.put(_no_score)
-    args = ([], False, [None, None], score)
+    args = ([], False, [None, None], [ray.put(_no_score)])
     workers.header(None, "")
     ray.get(workers.actors[0].run.remote(*args))
     reps = 200

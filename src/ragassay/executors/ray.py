@@ -62,6 +62,8 @@ class _PipelineActor:
         self.table: TableEmbedder | None = None
         self.pipe: Any = None
         self._queries: Any = None
+        self._score: Score | None = None
+        self._score_ref: Any = None
 
     def embed(self, kind: str, calls: list[list[str]]) -> list[tuple[Any, Any]]:
         fn = self.emb.embed_passages if kind == "passages" else self.emb.embed_queries
@@ -83,9 +85,12 @@ class _PipelineActor:
         self._ensure(shared)
         return self.pipe.header(dataset_version, run_name)
 
-    def run(self, keys: Sequence[Key], batched: bool, shared: list[Any], score: Score) -> BatchResult:
+    def run(self, keys: Sequence[Key], batched: bool, shared: list[Any], score: list[Any]) -> BatchResult:
         self._ensure(shared)
-        return score(keys, run_keys(self.pipe, self.golden, keys, batched))
+        # the scorer (golden set, corpus, label arrays) is fetched once per actor, not once per batch
+        if score[0] != self._score_ref:
+            self._score, self._score_ref = _ray().get(score[0]), score[0]
+        return self._score(keys, run_keys(self.pipe, self.golden, keys, batched))
 
 
 def _call(fn: Callable[..., Any], item: Any, *args: Any) -> Any:
@@ -141,7 +146,7 @@ class RayPipelineWorkers(PipelineWorkers):
         if self.emb is not None:
             self._shared = [self._shared[0],
                             self._compute("queries", self.recipe.query_calls(self.emb, self.golden, batches, batched))]
-        score_ref = ray.put(score)
+        score_ref = [ray.put(score)]
         in_flight: deque[tuple[Sequence[Key], Any, int]] = deque()
         n = 0
 
