@@ -202,3 +202,17 @@ def test_analyzers_sharing_stems_give_their_own_terms():
     assert bm25.many([text]) == [want_bm25] and support(text) == want_support and plain(text) == want_plain
     assert support._stems is bm25._stems and plain._stems is not bm25._stems
     assert want_support != want_bm25  # different stopword lists, so sharing stems must not merge them
+
+
+def test_generator_question_cache_stays_bounded_and_answers_the_same(small_corpus, monkeypatch):
+    import ragassay.pipeline.generator as gen
+
+    pipe = Pipeline.from_config({"chunker": {"kind": "sentence", "size": 30}}, small_corpus)
+    queries = [type("Q", (), {"query_id": f"q{j}", "question": f"bread flour w{j} yeast"})() for j in range(40)]
+    _, unbounded = pipe.run(queries, trials=2, progress=False, batch_size=8)
+    monkeypatch.setattr(gen, "QUESTION_CACHE", 5)
+    pipe2 = Pipeline.from_config({"chunker": {"kind": "sentence", "size": 30}}, small_corpus)
+    _, bounded = pipe2.run(queries, trials=2, progress=False, batch_size=8)
+    assert len(pipe2._generator._questions) <= 5 < len(pipe._generator._questions) == 40
+    assert [_json(t) for t in bounded] == [_json(t) for t in unbounded]
+    assert {t.outcome for t in bounded} == {"answered"}

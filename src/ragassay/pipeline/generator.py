@@ -34,6 +34,7 @@ from ragassay.trace.schema import Citation, Outcome, Unit
 DEFAULT_ABSTAIN_FLOOR = 0.25
 
 _WORD = re.compile(r"(?u)\b\w\w+\b")
+QUESTION_CACHE = 4096  # analyzed questions kept by the extractive generator at most
 
 
 def support_analyzer() -> Analyzer:
@@ -109,6 +110,10 @@ class ExtractiveGenerator:
                     terms = self.analyzer(word)
                     if terms and self.stats.df.get(terms[0], 0) == 0:
                         absent.append(word)
+            if len(self._questions) >= QUESTION_CACHE:
+                # the cache serves a question's trials and repeats within a stretch of the run; kept whole,
+                # it would hold every question of the run (memory and collector scans growing with the run)
+                self._questions.clear()
             hit = self._questions[question] = (weights, math.fsum(weights.values()), absent)
         return hit
 
