@@ -145,11 +145,16 @@ def _need(d: Mapping, key: str, path: str) -> object:
     return d[key]
 
 
+# Exact types that are numbers or null: a column of these needs no per-value check (bool is not among them).
+_PLAIN_NUMBERS = {float, int, type(None)}
+
+
 def _numbers(x: object, path: str, n: int | None = None, what: str = "") -> list:
     seq = _list(x, path)
-    for i, v in enumerate(seq):
-        if v is not None and not fmt.is_number(v):
-            raise _fail(f"{path}[{i}]", f"must be a number or null, got {v!r}", "write null for undefined")
+    if not set(map(type, seq)) <= _PLAIN_NUMBERS:
+        for i, v in enumerate(seq):
+            if v is not None and not fmt.is_number(v):
+                raise _fail(f"{path}[{i}]", f"must be a number or null, got {v!r}", "write null for undefined")
     if n is not None and len(seq) != n:
         raise _fail(
             path, f"has {len(seq)} values but {what} names {n}", "give one value per run (null if undefined)"
@@ -707,14 +712,35 @@ def _column(t: Mapping, key: str, path: str, n: int | None) -> list:
 
 
 def _numeric(col: list, path: str) -> list:
-    if set(map(type, col)) <= {float, int, type(None)}:
-        # the common case (build_report_data's plain floats), checked by type in one pass
+    if set(map(type, col)) <= _PLAIN_NUMBERS:
+        # the common case (build_report_data's plain floats), checked by type in one pass, and when no value
+        # is NaN or infinite (numpy counts them) returned as it is
+        if _all_finite(col):
+            return list(col)
         return [None if v is None or not math.isfinite(v) else v for v in col]
     for i, v in enumerate(col):
         if v is not None and not fmt.is_number(v):
             raise _fail(f"{path}[{i}]", f"must be a number or null, got {v!r}", "write null for undefined")
     # NaN is not JSON; undefined is null on the page
     return [None if v is None or not math.isfinite(float(v)) else v for v in col]
+
+
+def _all_finite(col: list) -> bool:
+    """Whether every value of a list of plain numbers and None is None or finite."""
+    try:
+        values = np.asarray(col, dtype=np.float64)  # None becomes NaN
+    except OverflowError:  # an int beyond float range is finite
+        return all(v is None or isinstance(v, int) or math.isfinite(v) for v in col)
+    return int(np.isfinite(values).sum()) + col.count(None) == len(col)
+
+
+def _whole(col: list) -> list:
+    """Whole numbers as ints ("2" rather than "2.0" on the page, a tenth of a large page), others as given."""
+    values = np.asarray([np.nan if g is None else g for g in col], dtype=np.float64) if None in col else \
+        np.asarray(col, dtype=np.float64)
+    if len(values) and np.all(np.isfinite(values) & (values == np.rint(values)) & (np.abs(values) < 2.0**53)):
+        return values.astype(np.int64).tolist()
+    return [int(g) if g is not None and float(g).is_integer() else g for g in col]
 
 
 def _flags(col: Sequence) -> list[int]:
@@ -742,9 +768,7 @@ def _runs_of(col: Mapping, path: str, n_units: int, n_spans: int) -> dict:
     if not ok and any(not fmt.is_number(s) or not 0 <= int(s) < n_spans for s in span):
         raise _fail(f"{path}.span", f"refers to a span outside queries.spans (0..{n_spans - 1})",
                     "refer to spans by their index")
-    # whole grades as ints: "2" rather than "2.0", a tenth of a large page
-    grade = [int(g) if g is not None and float(g).is_integer() else g
-             for g in _numeric(_column(col, "grade", path, sum(counts)), f"{path}.grade")]
+    grade = _whole(_numeric(_column(col, "grade", path, sum(counts)), f"{path}.grade"))
     if len(counts) != n_units:
         raise _fail(f"{path}.n", f"has {len(counts)} entries, expected {n_units}", "give one count per query")
     return {"n": counts, "span": arr.tolist() if ok else [int(s) for s in span], "grade": grade}
