@@ -177,3 +177,36 @@ def test_judge_score_refuses_a_bad_executor_before_anything_runs(tmp_path, capsy
 
     code, _, err = cli(["judge", "a", "--judge", str(tmp_path / "missing.yaml"), "--executor", "spark"], capsys)
     assert code == 2 and "--executor 'spark'" in err
+
+
+def test_identical_requests_on_ray_are_paid_once_as_on_one_machine(tmp_path, ray_cluster, fake_provider):  # noqa: F811
+    from ragassay.executors import get_executor
+    from ragassay.executors.judging import ClusterJudge
+    from ragassay.judges.config import JudgeConfig
+    from ragassay.store import RunRecord, Store
+
+    def requests(run_id):
+        # trials 0 and 1 of each query ask the same thing: one paid call, one cache hit of it
+        return [JudgeRequest(ItemKey(run_id, f"q{i}", t, "support"), "support", SupportVerdict,
+                             "RUBRIC: judge support.", f"claim: the sky is blue {i}") for t in (0, 1) for i in range(6)]
+
+    got = {}
+    for label in ("local", "ray"):
+        fake_provider.reset_counts()
+        with Store.open(tmp_path / f"{label}.duckdb") as st:
+            run_id = st.create_run(RunRecord(name="r"))
+            client = OpenAIJudge(Sampling("judge-m", max_tokens=64), PRICES, api_key="sk-local-test",
+                                 base_url=fake_provider.base_url, concurrency=4, retry=RETRY, store=st)
+            if label == "local":
+                run = client.run(requests(run_id))
+            else:
+                cfg = JudgeConfig(provider="openai", model="judge-m", concurrency=4,
+                                  prices={"judge-m": {"input": 1.0, "output": 2.0}})
+                with ClusterJudge(client, cfg, get_executor("ray")) as cluster:
+                    run = cluster.run(requests(run_id))
+            stored = sorted((c["query_id"], c["trial"], c["outcome"], c["cache_hit"], c["request_sha"])
+                            for c in st.judge_calls(run_id))
+        got[label] = ([(j.record.query_id, j.record.trial, j.outcome, j.record.cache_hit) for j in run.judgements],
+                      stored, fake_provider.paid, run.not_started)
+    assert got["ray"] == got["local"]
+    assert got["local"][2] == 6 and sum(hit for *_, hit in got["local"][0]) == 6
