@@ -2,18 +2,25 @@
 
 Setup: 10,000 queries x 100 metrics x 1 trial (5% of values NaN = undefined), written with
 ``Store.write_batch`` in batches of 200 queries (20,000 rows) with their done markers, each batch one
-transaction as a resumable run writes them. Then ``results_wide`` over all 100 metrics. Prints rows/s, wall
-and CPU times and peak RSS (``resource.getrusage``; Linux reports KiB). On a shared machine trust the CPU
-time more than the wall time. Batches are built before the clock starts so
+transaction as a resumable run writes them, then ``finish_run`` (which checks the run's keys once). Then
+``results_wide`` over all 100 metrics. Prints rows/s, wall and CPU times, the file size, the largest
+``duckdb_memory()`` total seen after a batch and the process's RSS growth over the write (``/proc``; Linux).
+On a shared machine trust the CPU time more than the wall time. Batches are built before the clock starts so
 the timing is the store's alone.
 
+``--keyed`` also writes the same batches into a version-1 store (``results`` with its primary key, as
+before schema version 2), each in its own child process, so the two layouts are compared in one run.
+
     python benchmarks/store_write.py [--queries 10000] [--metrics 100] [--trials 1] [--batch-queries 200]
+                                     [--keyed]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,9 +65,20 @@ def cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def peak_rss_mb() -> float:
-    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return kib / 1024 if sys.platform != "darwin" else kib / 2**20
+def rss_mb() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def duckdb_mb(store: Store) -> float:
+    return store.connection.execute("SELECT sum(memory_usage_bytes) / 2**20 FROM duckdb_memory()").fetchone()[0]
+
+
+def make_keyed(path: Path) -> None:
+    """A version-1 store: the current tables, ``results`` with the primary key schema version 1 had."""
+    with Store.open(path) as store:
+        store.connection.execute("ALTER TABLE results ADD PRIMARY KEY (run_id, query_id, trial, metric)")
+        store.connection.execute("UPDATE schema_info SET version = 1")
 
 
 def main() -> None:
@@ -69,17 +87,31 @@ def main() -> None:
     ap.add_argument("--metrics", type=int, default=100)
     ap.add_argument("--trials", type=int, default=1)
     ap.add_argument("--batch-queries", type=int, default=200)
+    ap.add_argument("--keyed", action="store_true", help="also measure a version-1 (keyed) store")
+    ap.add_argument("--layout", choices=("unkeyed", "keyed"), default="unkeyed", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.keyed:
+        base = [a for a in sys.argv[1:] if a != "--keyed"]
+        for layout in ("unkeyed", "keyed"):
+            print(f"== {layout} results table" + (" (schema version 2)" if layout == "unkeyed" else
+                                                 " (schema version 1)"), flush=True)
+            subprocess.run([sys.executable, __file__, *base, "--layout", layout], check=True)
+        return
 
     batches, metric_names = make_batches(args.queries, args.metrics, args.trials, args.batch_queries)
     n_rows = sum(b[0].num_rows for b in batches)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.duckdb"
+        if args.layout == "keyed":
+            make_keyed(path)
+        rss0, duck_peak = rss_mb(), 0.0
         t0, c0 = time.perf_counter(), cpu_s()
         with Store.open(path) as store:
             run_id = store.create_run(RunRecord(name="bench", trials=args.trials))
             for rows, done in batches:
                 store.write_batch(run_id, rows, done=done)
+                duck_peak = max(duck_peak, duckdb_mb(store))
+            rss_peak = rss_mb()
             store.finish_run(run_id)
         write_s, write_cpu = time.perf_counter() - t0, cpu_s() - c0
 
@@ -99,7 +131,8 @@ def main() -> None:
         f"results_wide      {read_s:6.2f} s wall, {read_cpu:5.2f} s CPU   shape {wide.values.shape}, "
         f"{n_undefined:,} undefined (NaN)"
     )
-    print(f"peak RSS          {peak_rss_mb():,.0f} MB")
+    print(f"memory            duckdb_memory() up to {duck_peak:,.0f} MB; RSS {rss0:,.0f} MB before the writes, "
+          f"{rss_peak:,.0f} MB after the last batch; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
 
 
 if __name__ == "__main__":
