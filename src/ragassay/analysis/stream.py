@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from operator import attrgetter, methodcaller
+from operator import attrgetter, is_not, itemgetter, methodcaller
 from pathlib import Path
 
 import numpy as np
@@ -146,7 +146,7 @@ def score_known(golden: GoldenSet, labels: Labels, part: _Known, rows: list[tupl
     rule = HitRule.parse(opt.hit_rule)
     idx, relevant_ev = labels.index, labels.relevant_ev
     n = len(rows)
-    query_codes = np.fromiter(map(idx.query_codes.__getitem__, (q for q, _ in rows)), dtype=np.int64, count=n)
+    query_codes = np.fromiter(map(idx.query_codes.__getitem__, map(itemgetter(0), rows)), dtype=np.int64, count=n)
     n_rel = labels.n_rel_by_query[query_codes]
     traces = part.traces
     nt = len(traces)
@@ -193,7 +193,8 @@ def score_known(golden: GoldenSet, labels: Labels, part: _Known, rows: list[tupl
     if structure.retrieval:
         emit("recall@fusion_depth", fused.recall_at(np.inf, relevant_ev, n_rel))
     if structure.rerank:
-        reranked_trace = np.fromiter((m.reranked is not None for m in traces), dtype=bool, count=nt)
+        reranked_trace = np.fromiter(map(is_not, map(attrgetter("reranked"), traces), itertools.repeat(None)),
+                                     dtype=bool, count=nt)
         has_rr = reranked_trace[part.list_trace] if len(part.list_trace) else np.zeros(0, dtype=bool)
         final = tap((field_is("reranked") & has_rr) | (field_is("fused") & ~has_rr))
     else:
@@ -218,9 +219,9 @@ def score_known(golden: GoldenSet, labels: Labels, part: _Known, rows: list[tupl
     unit_trace = part.list_trace[unit_list] if len(unit_list) else np.zeros(0, dtype=np.int64)
     in_packed = packed_sel[unit_list] if len(unit_list) else np.zeros(0, dtype=bool)
     unknown_tokens = np.bincount(unit_trace[in_packed], weights=np.isnan(part.tokens[in_packed]), minlength=nt)
-    outcome = np.fromiter(itertools.chain((OUTCOME_CODES[m.outcome] for m in traces), (_ERROR,)), dtype=np.int8,
-                          count=nt + 1)
-    packed_tokens = np.fromiter((m.packed_tokens for m in traces), dtype=np.float64, count=nt)
+    outcome = np.fromiter(itertools.chain(map(OUTCOME_CODES.__getitem__, map(attrgetter("outcome"), traces)), (_ERROR,)),
+                          dtype=np.int8, count=nt + 1)
+    packed_tokens = np.fromiter(map(attrgetter("packed_tokens"), traces), dtype=np.float64, count=nt)
     err = outcome[:nt] == _ERROR
     ctx_tokens = np.select([err, (packed_tokens != 0) | (has_packed & (unknown_tokens == 0)),
                             has_packed | (n_lists == 0)], [0.0, packed_tokens, np.nan], 0.0)
