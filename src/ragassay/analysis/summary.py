@@ -60,7 +60,8 @@ def _nanmean(values: np.ndarray) -> tuple[float, int, int]:
 
 
 def run_summary(results) -> dict:
-    """``results``: the run's result table (pyarrow). Returns metrics by stage and by stratum.
+    """``results``: the run's result table (pyarrow), sorted by (query_id, trial, metric) as
+    :meth:`Store.results` returns it. Returns metrics by stage and by stratum.
 
     Columnar throughout (group codes and ``bincount``), so a 100,000-query run summarizes in well under a
     second; a mean skips undefined (NaN/NULL) values and reports how many there were.
@@ -96,3 +97,56 @@ def run_summary(results) -> dict:
     return {"metrics": metrics, "strata": strata, "per_stratum": per_stratum, "latency_ms": latency,
             "judged_fraction": {"mean": jf_mean if jf_n else None, "n": jf_n, "n_undefined": jf_undef},
             "n_rows": n_rows, "n_items": int(len(first))}
+
+
+def stored_run_summary(store, run_id: str) -> dict:
+    """:func:`run_summary` of a stored run (full ``run_id``), equal to ``run_summary(store.results(run_id))``
+    bit for bit but read one metric at a time, so memory holds one metric's rows and not the whole run
+    (at 100,000 queries x 23 metrics the sorted table and the arrays beside it cost ~1 GB).
+
+    The equality is by construction: ``bincount`` sums each group's values in row order, and a metric's
+    rows sorted by (query_id, trial) are that metric's rows of the whole sorted table in the same order;
+    a metric's position among the labels is where it first appears in that table, i.e. the order of
+    (first query_id, first trial, metric); an item's latency and judged fraction come from its first row,
+    the one with the smallest metric name.
+    """
+    import pyarrow as pa
+
+    con = store.connection
+    names = [m for (m,) in con.execute("SELECT DISTINCT metric FROM results WHERE run_id = ? ORDER BY metric",
+                                       [run_id]).fetchall()]
+    first_seen, per_metric, per_cell = [], {}, {}
+    n_rows = 0
+    for m in names:
+        t = con.sql("SELECT query_id, trial, value, stratum FROM results WHERE run_id = $r AND metric = $m "
+                    "ORDER BY query_id, trial", params={"r": run_id, "m": m}).to_arrow_table()
+        n_rows += t.num_rows
+        first_seen.append((t.column("query_id")[0].as_py(), t.column("trial")[0].as_py(), m))
+        values = _column(t, "value")
+        means, n_def, n_undef, _ = _group_means(np.zeros(len(values), dtype=np.int64), values, 1)
+        per_metric[m] = (float(means[0]), int(n_def[0]), int(n_undef[0]))
+        s_codes, s_names = _codes(t, "stratum")
+        c_means, c_def, c_undef, c_all = _group_means(s_codes, values, len(s_names))
+        per_cell[m] = {s: (float(c_means[k]), int(c_def[k]), int(c_undef[k]))
+                       for k, s in enumerate(s_names) if c_all[k]}
+        del t, values
+    order = [m for _, _, m in sorted(first_seen)]
+    metrics = [{"metric": m, "stage": stage_of(m), "mean": per_metric[m][0], "n_defined": per_metric[m][1],
+                "n_undefined": per_metric[m][2]} for m in order]
+    metrics.sort(key=lambda r: (STAGES.index(r["stage"]), r["metric"]))
+    strata = sorted({s for cells in per_cell.values() for s in cells})
+    per_stratum = [{"metric": m, "stratum": s, "mean": per_cell[m][s][0], "n_defined": per_cell[m][s][1],
+                    "n_undefined": per_cell[m][s][2]} for m in order for s in strata if s in per_cell[m]]
+    # a struct is never NULL, so arg_min keeps the first row's NULL latency or judged fraction as NULL
+    items = con.sql("SELECT arg_min({'l': latency_ms, 'j': judged_fraction}, metric) AS f FROM results "
+                    "WHERE run_id = $r GROUP BY query_id, trial ORDER BY query_id, trial",
+                    params={"r": run_id}).to_arrow_table().column("f").combine_chunks()
+    firsts = pa.table({"latency_ms": items.field("l"), "judged_fraction": items.field("j")})
+    lat = _column(firsts, "latency_ms")
+    lat = lat[~np.isnan(lat)]
+    latency = ({"p50": float(np.percentile(lat, 50)), "p95": float(np.percentile(lat, 95)),
+                "p99": float(np.percentile(lat, 99)), "n": int(len(lat))} if len(lat) else None)
+    jf_mean, jf_n, jf_undef = _nanmean(_column(firsts, "judged_fraction"))
+    return {"metrics": metrics, "strata": strata, "per_stratum": per_stratum, "latency_ms": latency,
+            "judged_fraction": {"mean": jf_mean if jf_n else None, "n": jf_n, "n_undefined": jf_undef},
+            "n_rows": n_rows, "n_items": firsts.num_rows}

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ragassay.analysis.summary import run_summary
+from ragassay.analysis.summary import stored_run_summary
 from ragassay.cli.common import console, print_json
 from ragassay.errors import InputError
 from ragassay.store import Store
@@ -88,7 +88,7 @@ def print_run_summary(rec, summary: dict) -> None:
 def _report(st, run_id: str, info: dict | None, store: Path, json_out: bool,
             profile: dict[str, float] | None = None, judged=None) -> None:
     rec = st.get_run(run_id)
-    summary = run_summary(st.results(run_id))
+    summary = stored_run_summary(st, run_id)  # one metric at a time: the whole table is ~1 GB at 100k queries
     if json_out:
         out = {"run": rec.to_dict(), "summary": summary, "import": info,
                "warnings": (rec.extra or {}).get("warnings", [])}
@@ -282,7 +282,7 @@ def score(
                                       allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size,
                                       executor=executor)
         if json_out:
-            print_json({"runs": [{"run": st.get_run(r).to_dict(), "summary": run_summary(st.results(r)),
+            print_json({"runs": [{"run": st.get_run(r).to_dict(), "summary": stored_run_summary(st, r),
                                   "import": info} for r, info in done]})
             return
         for run_id, info in done:
