@@ -138,3 +138,26 @@ def test_trace_reader_fast_path_keeps_nan_lines_a_bom_and_interned_doc_ids(tmp_p
     assert t.problems == [(2, "reranked[0] needs integer start and end offsets"), (3, "reranked[0].text must be a string")]
     assert t.ranked["q1"][0][0] is t.ranked["q4"][0][0]  # one string object per document id
     assert len(t.durations) == 1 and np.isnan(t.durations[0]["total"])
+
+
+def test_prefetched_traces_equal_the_ones_read_in_place_and_reraise_what_a_read_raised(inputs, tmp_path):
+    from types import SimpleNamespace
+
+    from ragassay.analysis.report_data import PrefetchedTraces, load_run_traces
+
+    with Store.open(inputs["store"], read_only=True) as st:
+        recs = [st.get_run(n) for n in inputs["runs"]]
+    missing = SimpleNamespace(run_id="gone", name="gone", extra={"traces_dir": str(tmp_path / "nowhere")})
+    pre = PrefetchedTraces([*recs, missing])
+    for r in recs:
+        (got, why), (want, want_why) = pre.get(r), load_run_traces(r)
+        assert why is want_why is None and got.problems == want.problems and got.durations == want.durations
+        assert got.shown == want.shown and got.ranked == want.ranked and len(got.shown) == 90
+    got, why = pre.get(missing)
+    assert got is None and why == load_run_traces(missing)[1] and "does not exist" in why
+    # a read that raises: that run and every later one raise the same error where they are collected
+    broken = SimpleNamespace(run_id="broken", name="broken", extra=5)
+    pre = PrefetchedTraces([broken, recs[0]])
+    for r in (broken, recs[0]):
+        with pytest.raises(AttributeError, match="'int' object has no attribute 'get'"):
+            pre.get(r)

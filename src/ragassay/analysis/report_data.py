@@ -11,8 +11,10 @@ import itertools
 import json
 import math
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
@@ -21,10 +23,12 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from ragassay import __version__
-from ragassay.analysis.compare import Comparison, run_pins
 from ragassay.analysis.summary import STAGES, run_summary, stage_of
 from ragassay.fsio import atomic_write_bytes
 from ragassay.golden import EvidenceIndex, GoldenSet, HitRule
+
+if TYPE_CHECKING:
+    from ragassay.analysis.compare import Comparison
 
 STAGE_METRICS = ("recall@bm25_depth", "recall@dense_depth", "recall@fusion_depth", "recall@final_k",
                  "ndcg@final_k", "rr@final_k", "recall@context", "context_tokens", "answer_f1", "answer_em",
@@ -123,6 +127,10 @@ def _budget(total: int, n: int, high: int) -> int:
 
 def pins_of(rec, metrics=()) -> dict:
     """A run's pins for the report; ``metrics`` (its metric names) adds the derived cutoffs and final_k."""
+    # compare (and scipy through ragassay.stats) loads here, not with this module: the CLI starts reading
+    # traces before that import, so the two overlap
+    from ragassay.analysis.compare import run_pins
+
     derived = run_pins(rec, metrics)
     return {"dataset_version": rec.dataset_version, "corpus_digest": rec.corpus_digest,
             "config_sha": rec.config_sha, "metric_version": rec.metric_version, "hit_rule": rec.hit_rule,
@@ -597,15 +605,49 @@ def load_run_traces(rec, traces_dir: str | Path | None = None) -> tuple[RunTrace
     return traces, None
 
 
+class PrefetchedTraces:
+    """The runs' traces read in order on a background thread, as :func:`load_run_traces` reads them, while
+    the caller does other work (loads the golden set, runs the comparisons). Most of a read is Arrow's JSON
+    parse, which releases the GIL, so on two cores it costs little wall time. :meth:`get` waits for a run's
+    traces and hands them over once (raising what its read raised); a thread nobody waits for is a daemon
+    and does not hold the process open when the caller fails first."""
+
+    def __init__(self, recs, traces_dir: str | Path | None = None):
+        self.traces_dir = traces_dir
+        self._done = {r.run_id: threading.Event() for r in recs}
+        self._got: dict = {}
+        threading.Thread(target=self._read, args=(list(recs),), daemon=True, name="ragassay-traces").start()
+
+    def _read(self, recs) -> None:
+        for i, r in enumerate(recs):
+            try:
+                self._got[r.run_id] = (load_run_traces(r, self.traces_dir), None)
+            except BaseException as e:  # re-raised in the caller's thread by get()
+                for later in recs[i:]:
+                    self._got[later.run_id] = (None, e)
+                    self._done[later.run_id].set()
+                return
+            self._done[r.run_id].set()
+
+    def get(self, rec) -> tuple[RunTraces | None, str | None]:
+        self._done[rec.run_id].wait()
+        got, err = self._got.pop(rec.run_id)
+        if err is not None:
+            raise err
+        return got
+
+
 def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
                       comparisons: list[Comparison] = (), gate=None, oracle_ladder: dict | None = None,
                       traces_dir: str | Path | None = None, title: str = "ragassay report",
                       analyses: bool = True, analysis_resamples: int = REPORT_RESAMPLES,
-                      sections: dict | None = None, requested_resamples: int | None = None) -> dict:
+                      sections: dict | None = None, requested_resamples: int | None = None,
+                      prefetched: PrefetchedTraces | None = None) -> dict:
     """The report's data (docs/report.md). ``analyses`` adds the analysis sections (:func:`analysis_sections`,
     with ``analysis_resamples`` bootstrap resamples); ``sections`` are analysis sections the caller already
     computed (``decomposition``, ``attribution``, ...), used as given. ``requested_resamples``: what the
-    user asked the comparisons for, when :func:`comparison_resamples` gave them fewer (the page says so)."""
+    user asked the comparisons for, when :func:`comparison_resamples` gave them fewer (the page says so).
+    ``prefetched``: the runs' traces already being read (with this ``traces_dir``), taken from there."""
     store = read_cached(store)
     recs = [store.get_run(r) for r in run_ids]
     names = [r.name for r in recs]
@@ -674,7 +716,7 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
     traces, unavailable, curves = {}, [], []
     idx = EvidenceIndex(golden)
     for r in recs:
-        traces[r.run_id], why = load_run_traces(r, traces_dir)
+        traces[r.run_id], why = prefetched.get(r) if prefetched else load_run_traces(r, traces_dir)
         if why:
             unavailable.append({"run": r.name, "reason": why})
         # the ranked lists serve only the recall curve: score them now and drop them, so one run's full

@@ -62,16 +62,14 @@ def report(
     oracle ladder, slices, stage latency, consistency over trials) and a sortable per-query table — no network.
 
     The golden set and corpus must be the ones the runs were scored on (checked against the runs' pins)."""
-    from ragassay.analysis.compare import compare_runs
     from ragassay.analysis.report_data import (
         PARQUET_NAME,
+        PrefetchedTraces,
         build_report_data,
         comparison_resamples,
         read_cached,
         write_queries_parquet,
     )
-    from ragassay.analysis.runner import load_inputs
-    from ragassay.report import render_report
     from ragassay.store import Store
 
     if (corpus is None) != (golden is None):
@@ -84,6 +82,13 @@ def report(
         # one pivot of each run's rows serves the comparisons and every section
         st = read_cached(opened)
         recs = [st.get_run(r) for r in runs]
+        # the traces are read (mostly Arrow's parse, outside the GIL) while the heavy modules load, the
+        # golden set is validated and the comparisons run; nothing below depends on them until the page data
+        prefetched = PrefetchedTraces(recs, traces_dir)
+        from ragassay.analysis.compare import compare_runs
+        from ragassay.analysis.runner import load_inputs
+        from ragassay.report import render_report
+
         corp, gs = load_inputs(corpus, golden)
         check_inputs_match_runs(recs, gs, corp, given=golden is not None)
         used = comparison_resamples(resamples, len(gs.queries)) if len(recs) > 1 else resamples
@@ -92,7 +97,7 @@ def report(
         data = build_report_data(st, [r.run_id for r in recs], gs, corp, comparisons=comparisons,
                                  traces_dir=traces_dir, title=f"ragassay report: {', '.join(r.name for r in recs)}",
                                  analyses=analyses, analysis_resamples=analysis_resamples,
-                                 requested_resamples=resamples)
+                                 requested_resamples=resamples, prefetched=prefetched)
         # The page first: a folder holding only a Parquet file would not be recognised as a report next time.
         data["parquet"] = PARQUET_NAME
         if included:
