@@ -139,7 +139,7 @@ def score_dataset_file(index: int, path: str, corpus, golden: GoldenSet, options
     from ragassay.analysis.scoring import Labels, _doc_lengths, _final_k
     from ragassay.analysis.stream import MAX_EXAMPLES, _Known, score_known
     from ragassay.trace.parquet import ParquetTraceReader
-    from ragassay.trace.schema import validate_unit_columns
+    from ragassay.trace.schema import UnitCheck, validate_unit_columns
 
     opt = options or ScoringOptions()
     labels, doc_lengths = Labels(golden, opt), _doc_lengths(corpus)
@@ -166,7 +166,7 @@ def score_dataset_file(index: int, path: str, corpus, golden: GoldenSet, options
         part = _Known.of(batch, golden)
         check = validate_unit_columns(part.units, corpus, reader.lines)
         structure.grow(part)
-        table, ctx_tokens = rows_of(part, check.bad_mask)
+        table, ctx_tokens = rows_of(part, check)
         tables.append(table)
         scored.append((batch.span, _done_markers([m.key for m in part.traces], {m.key: m for m in part.traces}),
                        copy.deepcopy(structure)))
@@ -177,10 +177,10 @@ def score_dataset_file(index: int, path: str, corpus, golden: GoldenSet, options
     for i, (span, _, used) in enumerate(scored):
         if used != structure:  # scored before the file showed all its structure: again, with all of it
             again = _Known.of(reader.replay(span), golden)
-            tables[i] = rows_of(again, validate_unit_columns(again.units, corpus, reader.lines).bad_mask)[0]
+            tables[i] = rows_of(again, validate_unit_columns(again.units, corpus, reader.lines))[0]
     lo, hi = reader.first_row[index], reader.first_row[index + 1]
     kept = [(k, ln) for k, ln in reader.lines.items() if lo < ln <= hi]
-    results = pa.concat_tables(tables) if tables else rows_of(_Known.empty(), np.zeros(0, dtype=bool))[0]
+    results = pa.concat_tables(tables) if tables else rows_of(_Known.empty(), UnitCheck())[0]
     return ScoredFile(index, results, [d for _, done, _ in scored for d in done],
                       pa.table({"query_id": pa.array([k[0] for k, _ in kept], pa.string()),
                                 "trial": pa.array([k[1] for k, _ in kept], pa.int64()),
@@ -242,6 +242,7 @@ def _score_dataset(store, path: str, corpus, golden, opt, name, allow_pin_mismat
     from ragassay.analysis.stream import _RESUME_PINS, MAX_EXAMPLES, Structure, _Known, score_known
     from ragassay.errors import InputError
     from ragassay.trace.parquet import ParquetTraceReader
+    from ragassay.trace.schema import UnitCheck
 
     reader = ParquetTraceReader(path, batch_size)
     header = reader.header
@@ -330,7 +331,7 @@ def _score_dataset(store, path: str, corpus, golden, opt, name, allow_pin_mismat
         pos = miss_pos[start:start + batch_size]
         rows = list(zip(q_col.take(pos).to_pylist(), t_col.take(pos).to_pylist(), strict=True))
         table, ctx_tokens = score_known(golden, labels, _Known.empty(), rows, np.full(len(rows), -1), structure,
-                                        final_k, np.zeros(0, dtype=bool), doc_lengths)
+                                        final_k, UnitCheck(), doc_lengths)
         if not all(k in done for k in rows):
             store.write_batch(run_id, table, done=_done_markers(rows, {}))
         ctx_all[pos] = ctx_tokens

@@ -17,6 +17,8 @@ extras equal those of scoring the whole file at once (tested), including every p
 from __future__ import annotations
 
 import itertools
+import queue
+import threading
 from dataclasses import dataclass, field
 from operator import attrgetter, is_not, itemgetter, methodcaller
 from pathlib import Path
@@ -310,12 +312,17 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
     trials: set[int] = set()
     n_fail, examples = 0, []
 
+    lock = threading.Lock()  # the reader's batch state: the prefetch thread reads, replays happen here
+    writer = _Writer(store)
+
     def write(part: _Known, check: UnitCheck, skip_done: bool) -> np.ndarray:
         rows = [m.key for m in part.traces]
         table, ctx_tokens = score_known(golden, labels, part, rows, np.arange(len(rows)), structure, final_k,
                                         check, doc_lengths)
         if not (skip_done and rows and all(k in done for k in rows)):
-            store.write_batch(run_id, table, done=_done_markers(rows, {m.key: m for m in part.traces}))
+            traces = part.traces
+            writer.submit(lambda: store.write_batch(run_id, table,
+                                                    done=_done_markers(rows, {m.key: m for m in traces})))
         return ctx_tokens
 
     def _one_batch(batch: TraceBatch) -> None:
@@ -326,7 +333,9 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
         check = validate_unit_columns(part.units, corpus, reader.lines)
         if structure.grow(part):
             for span in spans:  # earlier batches lack the new metrics: score them again (rows replaced)
-                again = _Known.of(reader.replay(span), golden)
+                with lock:
+                    replayed = reader.replay(span)
+                again = _Known.of(replayed, golden)
                 write(again, validate_unit_columns(again.units, corpus, reader.lines), skip_done=False)
         ctx_tokens = write(part, check, skip_done=True)
         ctx.update(zip((m.key for m in part.traces), ctx_tokens.tolist(), strict=True))
@@ -336,8 +345,11 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
     # the loop allocates millions of short-lived acyclic objects; scans of the (large, long-lived) golden
     # set and corpus would free nothing and grow with the run
     with gc_paused():
-        for batch in _chain(first, batches):
-            _one_batch(batch)
+        try:
+            for batch in _prefetched(_chain(first, batches), lock):
+                _one_batch(batch)
+        finally:
+            writer.close()
     trial_ids = sorted(trials) or [0]
     keys = [(q.query_id, tr) for tr in trial_ids for q in golden.queries]
     missing = [k for k in keys if k not in reader.lines]
@@ -369,3 +381,79 @@ def _chain(first: TraceBatch | None, rest):
     if first is not None:
         yield first
     yield from rest
+
+
+_END = object()
+
+
+def _prefetched(batches, lock: threading.Lock):
+    """``batches``, each read by a helper thread while the one before it is scored: Arrow's JSON parse and
+    DuckDB's writes release the GIL, so a second core does them beside the scoring. One batch is read
+    ahead (memory: two batches); ``lock`` is held while a batch is read, so a replay of an earlier batch
+    never runs beside it. Batches, and the reader's problems, come in file order as before."""
+    out: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                with lock:
+                    batch = next(batches, _END)
+                out.put((batch, None))
+                if batch is _END:
+                    return
+        except BaseException as exc:  # handed to the consumer, which raises it in its own thread
+            out.put((_END, exc))
+
+    thread = threading.Thread(target=read, name="ragassay-trace-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            batch, exc = out.get()
+            if exc is not None:
+                raise exc
+            if batch is _END:
+                return
+            yield batch
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a reader waiting to hand over a batch nobody will take
+            try:
+                out.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        thread.join()
+
+
+class _Writer:
+    """The store's one writer, on its own thread: batches are written in the order submitted, each in its
+    own transaction as before, while the next batch is scored. A failed write stops the writes after it
+    (as a failure stopped the loop before) and is raised by the next ``submit`` or by ``close``."""
+
+    def __init__(self, store) -> None:
+        self._jobs: queue.Queue = queue.Queue(maxsize=2)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="ragassay-store-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            if self._error is None:
+                try:
+                    job()
+                except BaseException as exc:  # raised in the scoring thread by submit/close
+                    self._error = exc
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def submit(self, job) -> None:
+        self._raise()
+        self._jobs.put(job)
+
+    def close(self) -> None:
+        """Wait for every submitted write; raise the first failure."""
+        self._jobs.put(None)
+        self._thread.join()
+        self._raise()
