@@ -189,3 +189,13 @@ def test_a_version_1_store_is_written_through_its_key_and_stays_version_1(tmp_pa
         assert con.execute("SELECT version FROM schema_info").fetchall() == [(1,)]
         assert con.execute("SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'results' "
                            "AND constraint_type = 'PRIMARY KEY'").fetchone() == (1,)
+
+
+def test_doctor_reports_the_stores_own_schema_version_not_the_newest(tmp_path):
+    from ragassay.cli.doctor import store_checks
+
+    old, new = tmp_path / "old.duckdb", tmp_path / "new.duckdb"
+    _v1_store(old)
+    Store.open(new).close()
+    assert store_checks(old)[0].detail == f"{old}: schema version 1, 1 run(s)"
+    assert store_checks(new)[0].detail == f"{new}: schema version 2, 0 run(s)"

@@ -88,16 +88,17 @@ def environment_checks(workdir: Path) -> list[Check]:
 
 def store_checks(path: Path) -> list[Check]:
     from ragassay.errors import RagassayError
-    from ragassay.store import SCHEMA_VERSION, Store
+    from ragassay.store import Store
 
     if not path.exists():
         return [Check("store", "WARN", f"{path} does not exist yet", "it is created by the first run or score")]
     try:
         with Store.open(path, read_only=True) as st:
             runs = st.list_runs()
+            version = st.connection.execute("SELECT version FROM schema_info").fetchone()[0]
     except RagassayError as e:
         return [Check("store", "FAIL", str(e).splitlines()[0], "see the message; `ragassay export` then a new store")]
-    out = [Check("store", "PASS", f"{path}: schema version {SCHEMA_VERSION}, {len(runs)} run(s)")]
+    out = [Check("store", "PASS", f"{path}: schema version {version}, {len(runs)} run(s)")]
     single = [r.name for r in runs if (r.trials or 1) == 1 and _stochastic(r.config)]
     if single:
         out.append(Check("trials", "WARN", f"{len(single)} run(s) of a stochastic pipeline (llm generator) with one "
