@@ -60,14 +60,14 @@ class ClusterJudge:
             raise InputError(f"judge requests: item key {dup} appears twice; give each judgement its own item")
         judge = self.judge
         shas = [request_sha(judge.provider, judge.sampling, r) for r in requests]
-        cached, own = judge._prefetch(requests, shas)
+        cached, own = judge.prefetch(requests, shas)
         results: list[Judgement | None] = [None] * len(requests)
         hits, first, waiting = [], {}, []
         for i, (r, sha) in enumerate(zip(requests, shas, strict=True)):
             if r.key in own:
-                results[i] = judge._as_hit(r, sha, own[r.key], None, write=False)
+                results[i] = judge.as_hit(r, sha, own[r.key], None, write=False)
             elif sha in cached:
-                results[i] = judge._as_hit(r, sha, cached[sha], None, write=False)
+                results[i] = judge.as_hit(r, sha, cached[sha], None, write=False)
                 hits.append(results[i].record)
             elif sha in first:
                 waiting.append(i)
@@ -94,7 +94,7 @@ class ClusterJudge:
             for i in waiting:
                 j = results[first[shas[i]]]
                 if j is not None and j.outcome in PAID_OUTCOMES:
-                    results[i] = judge._as_hit(requests[i], shas[i], j.record.model_dump(), None, write=False)
+                    results[i] = judge.as_hit(requests[i], shas[i], j.record.model_dump(), None, write=False)
                     judge.store.record_judge_calls([results[i].record.to_row()])
                 elif j is not None and stopped is None:
                     retry.append(i)

@@ -438,7 +438,7 @@ class JudgeClient(abc.ABC):
             from ragassay.judges.providers.batch import judge_batched
 
             return await judge_batched(self, requests, shas)
-        cached, own = self._prefetch(requests, shas)
+        cached, own = self.prefetch(requests, shas)
         writer = None if self.store is None else _Writer(self.store)
         state = _RunState(asyncio.Semaphore(self.concurrency), writer)
         try:
@@ -462,15 +462,15 @@ class JudgeClient(abc.ABC):
         row = own.get(request.key)
         if row is not None:
             # A resumed run: this item's row is already the answer; leave it as it is.
-            return self._as_hit(request, sha, row, state, write=False)
+            return self.as_hit(request, sha, row, state, write=False)
         row = cached.get(sha)
         if row is not None:
-            return self._as_hit(request, sha, row, state, write=True)
+            return self.as_hit(request, sha, row, state, write=True)
         first = state.inflight.get(sha)
         if first is not None:
             done = await asyncio.shield(first)
             if done is not None and done.outcome in PAID_OUTCOMES:
-                return self._as_hit(request, sha, done.record.model_dump(), state, write=True)
+                return self.as_hit(request, sha, done.record.model_dump(), state, write=True)
         future: asyncio.Future[Judgement | None] = asyncio.get_running_loop().create_future()
         state.inflight[sha] = future
         judgement = None
@@ -596,8 +596,8 @@ class JudgeClient(abc.ABC):
         )
 
     # -- the store as the cache
-    def _prefetch(self, requests: Sequence[JudgeRequest], shas: Sequence[str]
-                  ) -> tuple[dict[str, dict[str, Any]], dict[ItemKey, dict[str, Any]]]:
+    def prefetch(self, requests: Sequence[JudgeRequest], shas: Sequence[str]
+                 ) -> tuple[dict[str, dict[str, Any]], dict[ItemKey, dict[str, Any]]]:
         """One store query for the whole batch: the best stored answer per sha, and the items whose own row
         already answers their current request (a resumed run)."""
         if self.store is None:
@@ -612,8 +612,9 @@ class JudgeClient(abc.ABC):
                 own[key] = row
         return cached, own
 
-    def _as_hit(self, request: JudgeRequest, sha: str, row: Mapping[str, Any], state: _RunState, *,
-                write: bool) -> Judgement:
+    def as_hit(self, request: JudgeRequest, sha: str, row: Mapping[str, Any], state: _RunState | None = None, *,
+               write: bool) -> Judgement:
+        """A stored call ``row`` as this request's judgement (a cache hit); ``write`` records it in ``state``."""
         verdict = None
         if row["outcome"] in ("ok", "cannot_judge") and row["verdict"] is not None:
             verdict = request.verdict_type.model_validate(row["verdict"])

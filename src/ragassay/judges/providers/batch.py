@@ -90,17 +90,17 @@ class _Run:
 async def judge_batched(client: JudgeClient, requests: Sequence[JudgeRequest], shas: Sequence[str]) -> JudgeRun:
     """Judge ``requests`` (with their request ``shas``) through ``client``'s batch API; see the module doc."""
     run = _Run(client, requests, shas)
-    cached, own = client._prefetch(requests, shas)
+    cached, own = client.prefetch(requests, shas)
     hits = []
     for i, (request, sha) in enumerate(zip(requests, shas, strict=True)):
         row = own.get(request.key)
         if row is not None:
             # A resumed run: this item's row is already its answer; leave it as it is.
-            run.results[i] = client._as_hit(request, sha, row, run.scratch, write=False)
+            run.results[i] = client.as_hit(request, sha, row, run.scratch, write=False)
             continue
         row = cached.get(sha)
         if row is not None:
-            run.results[i] = client._as_hit(request, sha, row, run.scratch, write=False)
+            run.results[i] = client.as_hit(request, sha, row, run.scratch, write=False)
             hits.append(run.results[i].record)
             continue
         run.need.setdefault(sha, []).append(i)
@@ -280,7 +280,7 @@ def _merge(run: _Run, batch: _Batch, state: BatchState, answers: dict) -> None:
         run.spent += first.record.cost
         billed.append(sha)
         for i in idxs[1:]:
-            run.results[i] = client._as_hit(run.requests[i], sha, first.record.model_dump(), run.scratch,
+            run.results[i] = client.as_hit(run.requests[i], sha, first.record.model_dump(), run.scratch,
                                             write=False)
             records.append(run.results[i].record)
     unclaimed = len(set(answers) - set(batch.shas))
