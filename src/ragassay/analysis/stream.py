@@ -315,15 +315,16 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
     lock = threading.Lock()  # the reader's batch state: the prefetch thread reads, replays happen here
     writer = _Writer(store)
 
-    def write(part: _Known, check: UnitCheck, skip_done: bool) -> np.ndarray:
-        rows = [m.key for m in part.traces]
+    def write(part: _Known, check: UnitCheck, skip_done: bool) -> tuple[list[tuple[str, int]], np.ndarray]:
+        """Score ``part`` and queue its rows; returns its (query_id, trial) keys and context tokens."""
+        traces = part.traces
+        rows = list(zip(map(attrgetter("query_id"), traces), map(attrgetter("trial"), traces), strict=True))
         table, ctx_tokens = score_known(golden, labels, part, rows, np.arange(len(rows)), structure, final_k,
                                         check, doc_lengths)
         if not (skip_done and rows and all(k in done for k in rows)):
-            traces = part.traces
             writer.submit(lambda: store.write_batch(run_id, table,
-                                                    done=_done_markers(rows, {m.key: m for m in traces})))
-        return ctx_tokens
+                                                    done=_done_markers(rows, dict(zip(rows, traces, strict=True)))))
+        return rows, ctx_tokens
 
     def _one_batch(batch: TraceBatch) -> None:
         nonlocal n_fail
@@ -337,8 +338,8 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
                     replayed = reader.replay(span)
                 again = _Known.of(replayed, golden)
                 write(again, validate_unit_columns(again.units, corpus, reader.lines), skip_done=False)
-        ctx_tokens = write(part, check, skip_done=True)
-        ctx.update(zip((m.key for m in part.traces), ctx_tokens.tolist(), strict=True))
+        rows, ctx_tokens = write(part, check, skip_done=True)
+        ctx.update(zip(rows, ctx_tokens.tolist(), strict=True))
         n_fail += check.count
         examples.extend(check.messages(traces_path, limit=MAX_EXAMPLES - len(examples)))
         spans.append(batch.span)

@@ -106,12 +106,19 @@ class EvidenceIndex:
         if len(keys) == 0 or len(self.key) == 0:
             return empty
         lo = np.searchsorted(self.key, keys, side="left")
+        # only units whose (query, doc) has evidence can hit (in a typical list, a minority): the rest of
+        # the search and the overlap tests run on those alone
+        has = (keys >= 0) & (lo < len(self.key))
+        has[has] = self.key[lo[has]] == keys[has]
+        cand = np.flatnonzero(has)
+        if not len(cand):
+            return empty
+        keys, us, ue, lo = keys[cand], us[cand], ue[cand], lo[cand]
         if rule.kind == "doc":
             hi = np.searchsorted(self.key, keys, side="right")
         else:
             # evidence of the same (query, doc) that starts before the unit ends (sorted by start)
             hi = lo + _count_before(self.key, self.start, keys, ue, lo)
-        hi[keys < 0] = lo[keys < 0]
         width = int((hi - lo).max())
         units, evs = [], []
         for j in range(width):
@@ -127,7 +134,7 @@ class EvidenceIndex:
                 if rule.kind == "min_fraction":
                     hit &= overlap >= rule.fraction * (ee - es) - 1e-9
             sel = np.flatnonzero(hit)
-            units.append(sel)
+            units.append(cand[sel])
             evs.append(ii[sel])
         if not units:
             return empty

@@ -548,15 +548,16 @@ class TraceBatchReader:
             else:
                 part = fast
             keep = []
+            seen = self.lines
             for i, (lineno, m) in enumerate(zip(part.lines.tolist(), part.traces, strict=True)):
+                key = (m.query_id, m.trial)
                 if replay:
-                    if self.lines.get(m.key) == lineno:
+                    if seen.get(key) == lineno:
                         keep.append(i)
-                elif m.key in self.lines:
+                elif (first_line := seen.setdefault(key, lineno)) != lineno:
                     problems.append(Problem(lineno, f"duplicate trace for query {m.query_id!r} trial {m.trial} "
-                                                    f"(first at line {self.lines[m.key]}); skipped"))
+                                                    f"(first at line {first_line}); skipped"))
                 else:
-                    self.lines[m.key] = lineno
                     keep.append(i)
             if len(keep) < len(part.traces):
                 part = select(part, np.asarray(keep, dtype=np.int64))
