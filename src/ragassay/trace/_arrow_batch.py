@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from ragassay.trace.schema import Citation, Trace, UnitColumns
+from ragassay.trace.schema import Citation, CodedStrings, Trace, UnitColumns
 
 _BIG = 2**53
 _UNIT_TYPES = {"unit_id": pa.string(), "doc_id": pa.string(), "start": pa.int64(), "end": pa.int64(),
@@ -562,8 +562,11 @@ def _build(table, col, lines, ok, sources, branch_names, branch_present, citatio
     return Part(lineno[idx], traces, units, list_trace, tokens)
 
 
-def _strs(arr: pa.Array) -> list[str]:
+def _strs(arr: pa.Array) -> CodedStrings:
     """A string column without nulls as a list of str, one object per distinct value (ids repeat across
-    lists: one str per distinct id is cheaper to make, and later dict passes over them hash each once)."""
+    lists: one str per distinct id is cheaper to make, and later dict passes over them hash each once).
+    The list keeps the hash encoding's codes: unit validation and scoring reuse them."""
     d = pc.dictionary_encode(arr)
-    return np.asarray(d.dictionary.to_pylist(), dtype=object)[d.indices.to_numpy()].tolist()
+    distinct = d.dictionary.to_pylist()
+    codes = d.indices.to_numpy().astype(np.int64)
+    return CodedStrings(np.asarray(distinct, dtype=object)[codes].tolist(), codes, distinct)

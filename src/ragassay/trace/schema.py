@@ -322,12 +322,27 @@ def first_index_codes(values: Sequence[str]) -> tuple[np.ndarray, dict[str, int]
     return codes, first
 
 
+class CodedStrings(list):
+    """A list of str that carries its :func:`dense_codes` (``codes``, read-only, and ``distinct``), for a
+    reader whose column was already hash-encoded: the codes are not computed again. Never mutated after it
+    is built (a slice or copy is a plain list, coded again when needed)."""
+
+    __slots__ = ("codes", "distinct")
+
+    def __init__(self, values: list[str], codes: np.ndarray, distinct: list[str]):
+        super().__init__(values)
+        codes.flags.writeable = False
+        self.codes, self.distinct = codes, distinct
+
+
 def dense_codes(values: Sequence[str]) -> tuple[np.ndarray, list[str]]:
     """Per value, a code 0..k-1 (equal values, equal codes; numbered in order of first occurrence), and the
     k distinct values in that order.
 
     Arrow's hash encoding (about twice the speed of a dict pass on a batch's unit ids); strings Arrow cannot
     hold (lone surrogates, which the json module lets through) take the dict pass."""
+    if type(values) is CodedStrings:
+        return values.codes, list(values.distinct)
     try:
         enc = pa.array(values, pa.string()).dictionary_encode()
     except (pa.ArrowException, UnicodeError, TypeError):
