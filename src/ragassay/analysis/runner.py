@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import itertools
 import json
 import math
 import subprocess
@@ -25,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from ragassay import __version__
-from ragassay.analysis.scoring import METRIC_VERSION, Labels, ScoringOptions, score_traces
+from ragassay._gc import gc_frozen
+from ragassay.analysis.scoring import METRIC_VERSION, Labels, ScoringOptions, _doc_lengths, _final_k
 from ragassay.corpus import Corpus, bundled_corpus_dir, load_corpus
 from ragassay.errors import InputError
 from ragassay.executors import LocalExecutor, PipelineWorkers, get_executor
@@ -36,7 +39,8 @@ from ragassay.executors.shared import PipelineRecipe
 from ragassay.fsio import check_output_dir, make_dir, mark_output_dir
 from ragassay.golden import GOLDEN_FILE, GoldenSet, build_golden, bundled_golden_source, load_golden
 from ragassay.store import RunRecord, Store
-from ragassay.trace import RunHeader, Trace, TraceWriter
+from ragassay.trace import RunHeader, Trace, TraceWriter, UnitCheck
+from ragassay.trace.schema import UnitColumns, validate_unit_columns
 
 BATCH_QUERIES = 64
 MAX_COMMIT_QUERIES = 1024
@@ -232,7 +236,6 @@ def _run_batches(store: Store, pipe: PipelineWorkers, config_path: str | Path, c
         n_failures, examples = 0, []
     done = store.done_keys(run_id)
     todo = [(q.query_id, tr) for tr in range(trials) for q in golden.queries if (q.query_id, tr) not in done]
-    writer = None
     if traces_dir is not None:
         make_dir(Path(traces_dir))
         mark_output_dir(Path(traces_dir), "traces")
@@ -246,45 +249,63 @@ def _run_batches(store: Store, pipe: PipelineWorkers, config_path: str | Path, c
     group = max(BATCH_QUERIES, min(MAX_COMMIT_QUERIES, total // 16))
     pending: list[BatchResult] = []
 
-    def flush() -> None:
+    def write(group: list[BatchResult]) -> None:
+        """One commit group: its rows and done markers in one transaction, then its unit failures."""
         nonlocal n_failures, examples
         t_store = time.perf_counter()
-        cols = {k: [v for r in pending for v in r.scored.columns[k]] for k in pending[0].scored.columns}
-        store.write_batch(run_id, cols, done=[d for r in pending for d in r.done])
-        failed = [r.scored.unit_check for r in pending if r.scored.unit_check.count]
+        store.write_batch(run_id, pa.concat_tables([r.scored.table for r in group]),
+                          done=[d for r in group for d in r.done])
+        failed = [r.scored.unit_check for r in group if r.scored.unit_check.count]
         for check in failed:
             n_failures += check.count
             examples += check.messages(limit=MAX_EXAMPLES - len(examples))
         if failed:
             _update_extra(store, run_id, {"unit_failures": n_failures, "unit_failure_examples": examples})
-        pending.clear()
         prof["store"] += time.perf_counter() - t_store
 
+    def flush() -> None:
+        store_writer.submit(functools.partial(write, list(pending)))
+        pending.clear()
+
+    from ragassay.analysis.stream import _Writer
+
     starts = range(0, total, BATCH_QUERIES)
-    score = functools.partial(_score_batch, _ScoreContext(golden, header, opt, corpus, labels, traces_dir is not None))
-    results = pipe.map([todo[start:start + BATCH_QUERIES] for start in starts], batched, score)
-    for start in starts:
-        t_part = time.perf_counter()
-        res: BatchResult = next(results)
-        t_got = time.perf_counter()
-        # scoring ran inside the batch (here, or on a worker): its own seconds are the score part
-        prof["queries"] += max(0.0, t_got - t_part - res.score_s)
-        prof["score"] += res.score_s
-        if res.traces is not None:
-            if writer is None:
-                writer = TraceWriter(Path(traces_dir) / f"{run_id}.jsonl", header, mode="a")
-            # a batch whose traces landed but whose rows did not commit is re-run on resume: write it once
-            writer.write_all([t for t in res.traces if t.key not in writer.done])
-        prof["traces"] += time.perf_counter() - t_got
-        pending.append(res)
-        if sum(len(r.done) for r in pending) >= group or start + BATCH_QUERIES >= total:
-            flush()
-        for stage, sec in res.stage_s.items():
-            prof[f"stage:{stage}"] = prof.get(f"stage:{stage}", 0.0) + sec
-        if progress:
-            progress(min(start + BATCH_QUERIES, total), total)
-    if writer is not None:
-        writer.close()
+    score = functools.partial(_score_batch, _ScoreContext(golden, header, opt, corpus, labels, traces_dir is not None,
+                                                          _doc_lengths(corpus), _final_k(header)))
+    # The store's one writer runs on its own thread (DuckDB releases the GIL), so a commit group is
+    # written while the next batches run and score: same groups, same order, same transactions, so
+    # resume is unchanged. The golden set, corpus, pipeline and label arrays live for the whole run:
+    # frozen, the collector no longer rescans them as every batch's allocations trigger collections.
+    with gc_frozen():
+        store_writer = _Writer(store)
+        try:
+            trace_writer = None
+            results = pipe.map([todo[start:start + BATCH_QUERIES] for start in starts], batched, score)
+            for start in starts:
+                t_part = time.perf_counter()
+                res: BatchResult = next(results)
+                t_got = time.perf_counter()
+                # scoring ran inside the batch (here, or on a worker): its own seconds are the score part
+                prof["queries"] += max(0.0, t_got - t_part - res.score_s)
+                prof["score"] += res.score_s
+                if res.traces is not None:
+                    if trace_writer is None:
+                        trace_writer = TraceWriter(Path(traces_dir) / f"{run_id}.jsonl", header, mode="a")
+                    # a batch whose traces landed but whose rows did not commit is re-run on resume: write
+                    # it once
+                    trace_writer.write_all([t for t in res.traces if t.key not in trace_writer.done])
+                prof["traces"] += time.perf_counter() - t_got
+                pending.append(res)
+                if sum(len(r.done) for r in pending) >= group or start + BATCH_QUERIES >= total:
+                    flush()
+                for stage, sec in res.stage_s.items():
+                    prof[f"stage:{stage}"] = prof.get(f"stage:{stage}", 0.0) + sec
+                if progress:
+                    progress(min(start + BATCH_QUERIES, total), total)
+            if trace_writer is not None:
+                trace_writer.close()
+        finally:
+            store_writer.close()
     _update_extra(store, run_id, {"context_tokens_mean": _context_tokens_mean(store, run_id)})
     store.finish_run(run_id, "complete")
     return run_id, header
@@ -300,13 +321,57 @@ class _ScoreContext:
     corpus: Corpus
     labels: Labels
     keep_traces: bool
+    doc_lengths: dict[str, int]
+    final_k: int
+
+
+@dataclass
+class ScoredBatch:
+    """A batch's result rows (an Arrow table, in the stored column layout) and its unit validation."""
+
+    table: pa.Table
+    unit_check: UnitCheck
+
+
+def _batch_units(traces: list[Trace]) -> tuple[UnitColumns, np.ndarray, np.ndarray]:
+    """The traces' units as columns, each list's trace position, and each unit's token count (NaN when
+    absent): the pipeline hands these over with a batch (``BatchTraces.units``); other traces (per-query
+    runs, oracle runs) are read here."""
+    made = getattr(traces, "units", None)
+    if made is not None:
+        return made.units, made.list_trace, made.tokens
+    lists = [(i, us) for i, t in enumerate(traces) for _, us in t.unit_lists() if us]
+    units = [u for _, us in lists for u in us]
+    tokens = np.fromiter((np.nan if u.tokens is None else u.tokens for u in units), dtype=np.float64,
+                         count=len(units))
+    return (UnitColumns.from_traces(traces),
+            np.fromiter((i for i, _ in lists), dtype=np.int64, count=len(lists)), tokens)
+
+
+def score_batch(ctx: _ScoreContext, keys: Sequence[tuple[str, int]], traces: list[Trace]) -> ScoredBatch:
+    """Rows for ``keys`` (a key without a trace is scored as empty), equal to
+    :func:`~ragassay.analysis.scoring.score_traces` of the same traces with ``keys`` row for row (tested),
+    computed from unit columns with the streaming scorer's kernels (:func:`~ragassay.analysis.stream.score_known`)
+    instead of one Python object per unit. Which metrics the rows get follows the batch's own traces,
+    as in ``score_traces``."""
+    from ragassay.analysis.stream import Structure, _Known, score_known
+
+    units, list_trace, tokens = _batch_units(traces)
+    part = _Known(list(traces), units, list_trace, tokens)
+    position = {t.key: i for i, t in enumerate(traces)}
+    row_trace = np.fromiter(map(position.get, keys, itertools.repeat(-1)), dtype=np.int64, count=len(keys))
+    structure = Structure()
+    structure.grow(part)
+    check = validate_unit_columns(units, ctx.corpus)
+    table, _ = score_known(ctx.golden, ctx.labels, part, list(keys), row_trace, structure, ctx.final_k, check,
+                           ctx.doc_lengths)
+    return ScoredBatch(table, check)
 
 
 def _score_batch(ctx: _ScoreContext, keys: Sequence[tuple[str, int]], traces: list[Trace]) -> BatchResult:
     """A batch's rows and done markers, scored where its traces were made (this process or a worker)."""
     t = time.perf_counter()
-    scored = score_traces(ctx.golden, traces, ctx.header, ctx.options, keys=keys, corpus=ctx.corpus,
-                          labels=ctx.labels)
+    scored = score_batch(ctx, keys, traces)
     score_s = time.perf_counter() - t
     stage_s: dict[str, float] = {}
     for tr in traces:

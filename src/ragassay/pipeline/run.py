@@ -19,6 +19,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -44,7 +45,15 @@ from ragassay.pipeline.rerank import (
     rerank_order,
 )
 from ragassay.pipeline.tokens import TOKEN_COUNTER_NAME, count_tokens
-from ragassay.trace.schema import RunHeader, Trace, Unit, config_sha, make_trace_id, trusted_units
+from ragassay.trace.schema import (
+    RunHeader,
+    Trace,
+    Unit,
+    UnitColumns,
+    config_sha,
+    make_trace_id,
+    trusted_units,
+)
 
 ORACLE_MIN_GRADE = 2
 
@@ -56,6 +65,28 @@ class QueryLike(Protocol):
 
 def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000.0
+
+
+@dataclass
+class BatchUnits:
+    """Every unit of a batch's traces as columns, built from the chunk rows the pipeline ranked instead of
+    read back from the traces' unit objects (a million of them at 10,000 queries).
+
+    ``units`` equals ``UnitColumns.from_traces(traces)`` (lists in ``Trace.unit_lists`` order, empty lists
+    left out); per list, ``list_trace`` is its trace's position in the batch; per unit, ``tokens`` its
+    token count (float). Tested equal to the traces field for field.
+    """
+
+    units: UnitColumns
+    list_trace: np.ndarray
+    tokens: np.ndarray
+
+
+class BatchTraces(list):
+    """The traces of :meth:`Pipeline.run_batch` (a plain list to every reader), with their units as
+    columns in ``units`` (None when the batch ran in oracle mode, whose units are not chunks)."""
+
+    units: BatchUnits | None = None
 
 
 class _BatchFailure(Exception):
@@ -150,6 +181,11 @@ class Pipeline:
         # (fusion's last tie key), computed once instead of once per query.
         self.chunk_termsets = [frozenset(t) for t in chunk_terms]
         self._spans = [(c.unit_id, c.doc_id, c.start, c.end, c.text, c.tokens) for c in self.chunks]
+        # the same per chunk row as arrays, for the batch's unit columns
+        self._chunk_cols = tuple(np.array(col, dtype=object) for col in zip(*self._spans, strict=True))
+        self._chunk_start = np.fromiter((c.start for c in self.chunks), dtype=np.int64, count=len(self.chunks))
+        self._chunk_end = np.fromiter((c.end for c in self.chunks), dtype=np.int64, count=len(self.chunks))
+        self._chunk_tokens = np.fromiter((c.tokens for c in self.chunks), dtype=np.float64, count=len(self.chunks))
         self.uid_rank = np.empty(len(self.chunks), dtype=np.int64)
         self.uid_rank[sorted(range(len(self.chunks)), key=lambda i: self.chunks[i].unit_id)] = np.arange(
             len(self.chunks))
@@ -298,7 +334,9 @@ class Pipeline:
         return units
 
     # ---- the stages every query ends with (shared by the per-query and the batched path) -------------
-    def _pack_into(self, rec: dict[str, Any], dur: dict[str, float], offered: list[tuple[int, float]]) -> None:
+    def _pack_into(self, rec: dict[str, Any], dur: dict[str, float],
+                   offered: list[tuple[int, float]]) -> tuple[list, list]:
+        """Pack ``offered`` into ``rec``; returns the kept and cut ``(rank, (row, score))`` pairs."""
         cfg = self.cfg
         t = time.perf_counter()
         kept, cut, used = pack(list(enumerate(offered, 1)), cfg.packer.budget_tokens,
@@ -306,6 +344,7 @@ class Pipeline:
         rec.update(packed=trusted_units(self._spans, kept, with_text=True),
                    cut=trusted_units(self._spans, cut), packed_tokens=used)
         dur["pack"] = _ms(t)
+        return kept, cut
 
     def _generate_into(self, query: QueryLike, rec: dict[str, Any], dur: dict[str, float]) -> None:
         t = time.perf_counter()
@@ -444,17 +483,45 @@ class Pipeline:
                 fused = fuse_batch(lists, f.method, f.k, f.weights, f.depth, self.uid_rank)
         except Exception as exc:  # noqa: BLE001 - recorded on every trace of the batch, as run_query would
             batch_error = f"{type(exc).__name__}: {exc}"
-        out = []
+        out = BatchTraces()
+        spec: list[tuple[int, str, Any, Any]] = []
         with gc_paused():
             for q, trial in items:
                 j = where[q.question]
                 out.append(self._finish(q, trial, {b: v[j] for b, v in lists.items()},
-                                        fused[j] if fused is not None else None, batch_error))
+                                        fused[j] if fused is not None else None, batch_error, spec, len(out)))
+        if not cfg.oracle:
+            out.units = self._batch_units(out, spec)
         return out
 
+    def _batch_units(self, traces: Sequence[Trace], spec: list[tuple[int, str, Any, Any]]) -> BatchUnits:
+        """:class:`BatchUnits` from ``spec``: (trace position, field, chunk rows, scores) per non-empty list,
+        in the traces' ``unit_lists`` order."""
+        lengths = np.fromiter((len(r) for _, _, r, _ in spec), dtype=np.int64, count=len(spec))
+        n = int(lengths.sum())
+        rows = np.fromiter((i for _, _, r, _ in spec for i in r), dtype=np.int64, count=n)
+        score = np.fromiter((x for _, _, _, s in spec for x in s), dtype=np.float64, count=n)
+        uid, doc, *_, text, _ = self._chunk_cols
+        # packed units carry their text (see _pack_into); the others carry none
+        packed = np.repeat(np.fromiter((f == "packed" for _, f, _, _ in spec), dtype=bool, count=len(spec)), lengths)
+        texts = None
+        if packed.any():
+            col = np.full(n, None, dtype=object)
+            col[packed] = text[rows[packed]]
+            texts = col.tolist()
+        units = UnitColumns(keys=[traces[t].key for t, _, _, _ in spec], fields=[f for _, f, _, _ in spec],
+                            lengths=lengths, unit_id=uid[rows].tolist(), doc_id=doc[rows].tolist(),
+                            start=self._chunk_start[rows], end=self._chunk_end[rows], score=score,
+                            has_score=np.ones(n, dtype=bool), text=texts)
+        list_trace = np.fromiter((t for t, _, _, _ in spec), dtype=np.int64, count=len(spec))
+        return BatchUnits(units, list_trace, self._chunk_tokens[rows])
+
     def _finish(self, query: QueryLike, trial: int, lists: dict[str, tuple[np.ndarray, np.ndarray]],
-                fused: tuple[np.ndarray, np.ndarray] | None, batch_error: str | None) -> Trace:
+                fused: tuple[np.ndarray, np.ndarray] | None, batch_error: str | None,
+                spec: list[tuple[int, str, Any, Any]], pos: int) -> Trace:
+        """One batched item's trace; its non-empty unit lists go to ``spec`` (see :meth:`_batch_units`)."""
         cfg = self.cfg
+        mine: list[tuple[int, str, Any, Any]] = []
         dur: dict[str, float] = {}
         rec: dict[str, Any] = dict(trace_id=make_trace_id(self.config_sha, query.query_id, trial),
                                    query_id=query.query_id, trial=trial, question=query.question)
@@ -471,6 +538,8 @@ class Pipeline:
                 rec["branches"] = {b: self._units(zip(i.tolist(), s.tolist(), strict=True))
                                    for b, (i, s) in lists.items()}
                 rec["fused"] = self._units(fused_ix)
+                mine += [(pos, f"branches.{b}", i, s) for b, (i, s) in lists.items()]
+                mine.append((pos, "fused", fused[0], fused[1]))
                 offered = fused_ix
                 if self._reranker is not None:
                     t = time.perf_counter()
@@ -487,13 +556,18 @@ class Pipeline:
                     offered = [(fused_ix[j][0], float(scores[j])) for j in order]
                     dur["rerank"] = _ms(t)
                     rec["reranked"] = self._units(offered)
+                    mine.append((pos, "reranked", [i for i, _ in offered], [s for _, s in offered]))
                 else:
                     offered = offered[: cfg.reranker.final_k]
-                self._pack_into(rec, dur, offered)
+                kept, cut = self._pack_into(rec, dur, offered)
+                mine += [(pos, f, [i for _, (i, _) in x], [s for _, (_, s) in x])
+                         for f, x in (("packed", kept), ("cut", cut))]
             self._generate_into(query, rec, dur)
         except Exception as exc:  # noqa: BLE001 - one failing query must not end a run; it is recorded
             rec = _error_record(rec, exc)
+            mine = []  # an error trace keeps no units
         rec["durations_ms"] = dur
+        spec += [m for m in mine if len(m[2])]
         return Trace.model_construct(**rec)
 
     # ---- whole runs --------------------------------------------------------------------------------
