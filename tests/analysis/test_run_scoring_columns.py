@@ -23,7 +23,7 @@ from ragassay.pipeline.config import parse_config
 from ragassay.store import Store
 from ragassay.trace import Unit
 from ragassay.trace.io import read_traces
-from ragassay.trace.schema import UnitColumns
+from ragassay.trace.schema import CodedStrings, UnitColumns, dense_codes
 
 COLUMNS = ("query_id", "trial", "metric", "value", "stratum", "judged_fraction", "latency_ms", "tokens_in",
            "tokens_out", "cost", "trace_id")
@@ -95,6 +95,12 @@ def test_pipeline_unit_columns_equal_the_traces_units(inputs, pipes, name):
         assert list(getattr(made.units, f)) == list(getattr(ref, f)), f
     for f in ("lengths", "start", "end", "score", "has_score"):
         assert np.array_equal(getattr(made.units, f), getattr(ref, f)), f
+    for f in ("unit_id", "doc_id"):  # the codes carried with the pipeline's columns are the hashed ones
+        col = getattr(made.units, f)
+        assert isinstance(col, CodedStrings)
+        codes, distinct = dense_codes(col)
+        want_codes, want_distinct = dense_codes(list(col))
+        assert np.array_equal(codes, want_codes) and distinct == want_distinct and len(distinct) > 10
     assert set(made.units.fields) >= {"fused", "packed"}
     if name == "bm25":
         assert "cut" in made.units.fields  # final_k 10 offers more than the budget packs

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from ragassay import __version__
-from ragassay._gc import gc_frozen
+from ragassay._gc import gc_frozen, gc_paused
 from ragassay.analysis.scoring import METRIC_VERSION, Labels, ScoringOptions, _doc_lengths, _final_k
 from ragassay.corpus import Corpus, bundled_corpus_dir, load_corpus
 from ragassay.errors import InputError
@@ -275,8 +275,10 @@ def _run_batches(store: Store, pipe: PipelineWorkers, config_path: str | Path, c
     # The store's one writer runs on its own thread (DuckDB releases the GIL), so a commit group is
     # written while the next batches run and score: same groups, same order, same transactions, so
     # resume is unchanged. The golden set, corpus, pipeline and label arrays live for the whole run:
-    # frozen, the collector no longer rescans them as every batch's allocations trigger collections.
-    with gc_frozen():
+    # frozen, the collector never rescans them. The batches allocate millions of short-lived acyclic
+    # objects (freed by reference counting): with the collector paused over the loop, re-enabling it
+    # after each batch no longer sets off a collection over that batch's still-live traces.
+    with gc_frozen(), gc_paused():
         store_writer = _Writer(store)
         try:
             trace_writer = None

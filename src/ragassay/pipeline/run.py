@@ -46,6 +46,7 @@ from ragassay.pipeline.rerank import (
 )
 from ragassay.pipeline.tokens import TOKEN_COUNTER_NAME, count_tokens
 from ragassay.trace.schema import (
+    CodedStrings,
     RunHeader,
     Trace,
     Unit,
@@ -87,6 +88,17 @@ class BatchTraces(list):
     columns in ``units`` (None when the batch ran in oracle mode, whose units are not chunks)."""
 
     units: BatchUnits | None = None
+
+
+def _coded(keys: np.ndarray, names: np.ndarray) -> CodedStrings:
+    """``names[keys]`` as a list that carries its :func:`~ragassay.trace.schema.dense_codes` (codes by first
+    occurrence), computed from the integer keys instead of hashing the strings again; equal keys must mean
+    equal names and distinct keys distinct names."""
+    distinct, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[order] = np.arange(len(distinct))
+    return CodedStrings(names[keys].tolist(), rank[inverse.reshape(-1)], names[distinct[order]].tolist())
 
 
 class _BatchFailure(Exception):
@@ -183,6 +195,11 @@ class Pipeline:
         self._spans = [(c.unit_id, c.doc_id, c.start, c.end, c.text, c.tokens) for c in self.chunks]
         # the same per chunk row as arrays, for the batch's unit columns
         self._chunk_cols = tuple(np.array(col, dtype=object) for col in zip(*self._spans, strict=True))
+        # each chunk row's doc as a code into the distinct doc ids, and whether unit ids name rows one to
+        # one (then a batch's unit ids are coded by row)
+        self._chunk_doc, doc_ids = np.unique(self._chunk_cols[1].astype(str), return_inverse=True)[::-1]
+        self._doc_ids = np.array(doc_ids.tolist(), dtype=object)
+        self._uid_per_row = len(self.by_id) == len(self.chunks)
         self._chunk_start = np.fromiter((c.start for c in self.chunks), dtype=np.int64, count=len(self.chunks))
         self._chunk_end = np.fromiter((c.end for c in self.chunks), dtype=np.int64, count=len(self.chunks))
         self._chunk_tokens = np.fromiter((c.tokens for c in self.chunks), dtype=np.float64, count=len(self.chunks))
@@ -499,9 +516,10 @@ class Pipeline:
         in the traces' ``unit_lists`` order."""
         lengths = np.fromiter((len(r) for _, _, r, _ in spec), dtype=np.int64, count=len(spec))
         n = int(lengths.sum())
-        rows = np.fromiter((i for _, _, r, _ in spec for i in r), dtype=np.int64, count=n)
-        score = np.fromiter((x for _, _, _, s in spec for x in s), dtype=np.float64, count=n)
-        uid, doc, *_, text, _ = self._chunk_cols
+        rows = np.concatenate([np.asarray(r, dtype=np.int64) for _, _, r, _ in spec]) if spec else np.zeros(0, np.int64)
+        score = (np.concatenate([np.asarray(s, dtype=np.float64) for _, _, _, s in spec]) if spec
+                 else np.zeros(0))
+        uid, _, _, _, text, _ = self._chunk_cols
         # packed units carry their text (see _pack_into); the others carry none
         packed = np.repeat(np.fromiter((f == "packed" for _, f, _, _ in spec), dtype=bool, count=len(spec)), lengths)
         texts = None
@@ -510,7 +528,8 @@ class Pipeline:
             col[packed] = text[rows[packed]]
             texts = col.tolist()
         units = UnitColumns(keys=[traces[t].key for t, _, _, _ in spec], fields=[f for _, f, _, _ in spec],
-                            lengths=lengths, unit_id=uid[rows].tolist(), doc_id=doc[rows].tolist(),
+                            lengths=lengths, unit_id=_coded(rows, uid) if self._uid_per_row else uid[rows].tolist(),
+                            doc_id=_coded(self._chunk_doc[rows], self._doc_ids),
                             start=self._chunk_start[rows], end=self._chunk_end[rows], score=score,
                             has_score=np.ones(n, dtype=bool), text=texts)
         list_trace = np.fromiter((t for t, _, _, _ in spec), dtype=np.int64, count=len(spec))
