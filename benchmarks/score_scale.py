@@ -8,7 +8,8 @@ query's evidence document), the first 3 packed with token counts, an answer, cit
 Two processes run on the same files, one after the other, each measured on its own (wall time and peak
 RSS from ``os.wait4``):
 
-- ``ragassay score``: reads, validates every record and unit, computes every stage metric, stores rows;
+- ``ragassay score``: reads, validates every record and unit, computes every stage metric, stores rows
+  (the next batch is read and the last one written on helper threads while one is scored);
 - ``SPAN_RECALL``: the 40-line pure-Python script below, which reads the golden set and the traces with
   orjson and computes span recall@10 (the least a scorer must do).
 
@@ -156,6 +157,12 @@ def _run(cmd: list[str]) -> tuple[float, float, str, float]:
     return wall, usage.ru_maxrss / 1024, out.decode(), usage.ru_utime + usage.ru_stime
 
 
+def _load() -> str:
+    """The 1-minute load average: on a shared machine wall times (ours uses a second core for reading and
+    writing; the script one) mean little without it."""
+    return f"{os.getloadavg()[0]:.2f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000])
@@ -190,7 +197,7 @@ def main() -> None:
                 rows.append((ours[0], ours[1], peer[0], peer[1], ours[3], peer[3]))
                 print(f"{n:>7} traces ({mb:.0f} MB) run {r + 1}: ragassay {ours[0]:.2f} s (cpu {ours[3]:.2f}) "
                       f"{ours[1]:.0f} MB | orjson script {peer[0]:.2f} s (cpu {peer[3]:.2f}) {peer[1]:.0f} MB | "
-                      f"ratio {ours[0] / peer[0]:.2f} (cpu {ours[3] / peer[3]:.2f})", flush=True)
+                      f"ratio {ours[0] / peer[0]:.2f} (cpu {ours[3] / peer[3]:.2f}) | load {_load()}", flush=True)
             results[n] = rows
         print("\n| traces | JSONL MB | ragassay s (min/median) | peak MB | orjson script s | ratio (medians) "
               "| cpu ratio (medians) |")
