@@ -32,8 +32,10 @@ from ragassay.stats._validate import as_float_matrix, as_rng, check_prob, metric
 
 Method = Literal["percentile", "bca"]
 
-# Bytes allowed for one chunk of resample draws + weights; keeps n = 100,000 far below 2 GB.
-_CHUNK_BYTES = 256 * 1024 * 1024
+# Bytes allowed for one chunk of resample draws + weights; keeps n = 100,000 far below 2 GB. 64 MB, not
+# 256: larger chunks cost no less CPU (measured at 100,000 units) but held 130 MB more while the report reads
+# traces beside its comparisons. The draw stream and every result do not depend on it.
+_CHUNK_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
