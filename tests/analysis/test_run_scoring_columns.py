@@ -111,6 +111,25 @@ def test_pipeline_unit_columns_equal_the_traces_units(inputs, pipes, name):
     assert made.tokens.tolist() == [float(u.tokens) for _, us in lists for u in us]
 
 
+@pytest.mark.parametrize("name", ["bm25", "hybrid_rerank"])
+def test_scoring_only_traces_score_as_full_traces(inputs, pipes, name):
+    corpus, golden = inputs
+    cfg = parse_config(yaml.safe_load((demo_config_dir() / f"{name}.yaml").read_text()))
+    lean = Pipeline.from_config(cfg, corpus, scoring_only=True)
+    ctx = _context(inputs, pipes[name])
+    for keys in _batches(golden)[:2]:
+        items = [(golden[q], tr) for q, tr in keys]
+        full, thin = pipes[name].run_batch(items), lean.run_batch(items)
+        full_table, thin_table = score_batch(ctx, keys, full).table, score_batch(ctx, keys, thin).table
+        a, b = thin_table.to_pydict(), full_table.to_pydict()
+        assert thin_table.num_rows == full_table.num_rows > 0 and list(a) == list(b)
+        assert all(_same(x, y) for c in a for x, y in zip(a[c], b[c], strict=True))
+        assert all(t.fused == [] and t.cut == [] and set(t.branches) == set(f.branches)
+                   and all(v == [] for v in t.branches.values()) and (t.reranked is None) == (f.reranked is None)
+                   and t.packed == f.packed and t.answer == f.answer for t, f in zip(thin, full, strict=True))
+        assert any(f.fused for f in full)
+
+
 def test_traces_with_bad_units_missing_and_failed_traces_score_as_score_traces(inputs, pipes):
     corpus, golden = inputs
     pipe = pipes["hybrid_rerank"]
@@ -152,6 +171,11 @@ def test_stored_run_equals_score_traces_of_its_trace_file(tmp_path, inputs):
     for g, w in zip(got, want, strict=True):
         assert all(_same(a, b) for a, b in zip(g, w, strict=True)), (g, w)
     assert rec.status == "complete" and rec.extra["unit_failures"] == 0
+    # without a trace file the pipeline builds no unit objects for the ranked lists: the same rows
+    with Store.open(tmp_path / "lean.duckdb") as st:
+        lean_id, _ = run_pipeline_into_store(st, cfg, corpus, golden, trials=2, batched=True)
+        lean = st.results(lean_id).to_pydict()
+    assert sorted(zip(*(lean[c] for c in COLUMNS), strict=True), key=lambda r: r[:3]) == got
 
 
 def test_gc_frozen_hides_live_objects_and_restores_them():

@@ -201,7 +201,9 @@ def _run_pipeline(store: Store, config_path: str | Path, corpus: Corpus, golden:
 
         check_cache_dir(Path(cache_dir))  # the same claim load_config makes for a config's own cache_dir
         cfg = cfg.model_copy(update={"cache_dir": str(cache_dir)})
-    pipe = ex.pipeline_workers(PipelineRecipe(cfg, corpus), golden)
+    # without a trace file the traces are scored and dropped: the pipeline keeps their ranked lists as
+    # columns only
+    pipe = ex.pipeline_workers(PipelineRecipe(cfg, corpus, scoring_only=traces_dir is None), golden)
     try:
         return _run_batches(store, pipe, config_path, corpus, golden, cfg, trials, opt, name, resume, traces_dir,
                             batched, progress, prof, t_part)

@@ -19,15 +19,17 @@ from ragassay.executors.local import Key
 
 @dataclass(frozen=True)
 class PipelineRecipe:
-    """What a worker needs to build the pipeline of a run: the validated config and the corpus."""
+    """What a worker needs to build the pipeline of a run: the validated config and the corpus, and
+    whether the run's traces are only scored (no trace file: see ``Pipeline(scoring_only=...)``)."""
 
     cfg: Any  # ragassay.pipeline.config.PipelineConfig
     corpus: Any
+    scoring_only: bool = False
 
     def __call__(self, embedder: Any = None) -> Any:
         from ragassay.pipeline import Pipeline
 
-        return Pipeline.from_config(self.cfg, self.corpus, embedder=embedder)
+        return Pipeline.from_config(self.cfg, self.corpus, embedder=embedder, scoring_only=self.scoring_only)
 
     @property
     def config(self) -> dict:
