@@ -66,13 +66,18 @@ class Structure:
     def grow(self, part: _Known) -> bool:
         """Add a batch's structure; True when the metric set changed."""
         before = (len(self.branches), self.retrieval, self.rerank, self.generation, self.outcome)
-        for m in part.traces:
-            self.branches.update(m.branches)
-        has_fused, has_packed = part.has_list("fused"), part.has_list("packed")
-        self.retrieval |= any(f or bool(m.branches) for m, f in zip(part.traces, has_fused, strict=True))
-        self.rerank |= any(m.reranked is not None for m in part.traces)
-        self.generation |= any(m.outcome is not None or p for m, p in zip(part.traces, has_packed, strict=True))
-        self.outcome |= any(m.outcome is not None for m in part.traces)
+        traces = part.traces
+        branches = list(map(attrgetter("branches"), traces))
+        self.branches.update(itertools.chain.from_iterable(branches))
+        # a flag already set cannot change: after the first batches only the branch names are looked at
+        if not self.retrieval:
+            self.retrieval = bool(part.has_list("fused").any()) or any(map(bool, branches))
+        if not self.rerank:
+            self.rerank = any(map(is_not, map(attrgetter("reranked"), traces), itertools.repeat(None)))
+        if not (self.generation and self.outcome):
+            has_outcome = any(map(is_not, map(attrgetter("outcome"), traces), itertools.repeat(None)))
+            self.generation = self.generation or has_outcome or bool(part.has_list("packed").any())
+            self.outcome = self.outcome or has_outcome
         return before != (len(self.branches), self.retrieval, self.rerank, self.generation, self.outcome)
 
 
