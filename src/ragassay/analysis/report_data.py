@@ -346,7 +346,10 @@ _TRACE_SCHEMA = pa.schema([("type", pa.string()), ("query_id", pa.string()), ("t
                            ("packed", pa.list_(_UNIT_TYPE))])
 # An explicit null differs from an absent key for these (absent trial is 0 and an absent list empty; null is
 # a problem), and Arrow reads both as null: a file holding one goes line by line.
-_NULL_MATTERS = re.compile(rb'"(?:trial|fused|packed)"\s*:\s*null')
+# The pattern is `"(?:trial|fused|packed)"\s*:\s*null`, searched for over the block reversed: reversed, it
+# starts with a literal the regex engine scans for quickly, where the forward one starts a match attempt at
+# every quote (0.3 s a run at 100,000 traces, against 0.15 s for the reversal and scan).
+_NULL_MATTERS_REVERSED = re.compile(rb'llun\s*:\s*"(?:lairt|desuf|dekcap)"')
 # durations_ms maps stage names to numbers: a flat object, taken from the bytes in record order
 _DURATIONS = re.compile(rb'"durations_ms"\s*:\s*(\{[^{}]*\})')
 _NUMBER = rb'(?:-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|NaN|-?Infinity)'
@@ -367,7 +370,7 @@ def _read_columns(path: Path) -> RunTraces | None:
     tables, duration_objs, n_duration_keys = [], [], 0
     try:
         for data in _line_blocks(path):
-            if _NULL_MATTERS.search(data):
+            if _NULL_MATTERS_REVERSED.search(data[::-1]):
                 return None
             keys = data.count(b'"durations_ms"')
             objs = _DURATIONS.findall(data) if keys else []
