@@ -50,7 +50,8 @@ class _Tokens:
 
     def __init__(self, text: str):
         self.spans = token_spans(text)
-        self.starts = self.spans[:, 0].tolist()
+        self.start_array = self.spans[:, 0]
+        self.starts = self.start_array.tolist()
 
     def count(self, a: int, b: int) -> int:
         return bisect_left(self.starts, b) - bisect_left(self.starts, a)
@@ -80,24 +81,35 @@ def _fixed_spans(toks: _Tokens, a: int, b: int, size: int, overlap: int) -> list
 
 def _split_at(text: str, a: int, b: int, pattern: re.Pattern) -> list[tuple[int, int]]:
     """Pieces of [a, b) cut after each separator match (the separator stays with the piece before it)."""
-    cuts = [m.end() for m in pattern.finditer(text, a, b) if a < m.end() < b]
+    # every separator match is non-empty, so its end lies in (a, b] and ends increase: only the last
+    # can fall on b, and the bounds are strictly increasing
+    cuts = [m.end() for m in pattern.finditer(text, a, b)]
+    if cuts and cuts[-1] >= b:
+        cuts.pop()
     bounds = [a, *cuts, b]
-    return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1) if bounds[i] < bounds[i + 1]]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
 def _merge(pieces: list[tuple[int, int]], toks: _Tokens, size: int) -> list[tuple[int, int]]:
+    """Greedily join neighbouring pieces while the joined span holds at most ``size`` tokens."""
+    if not pieces:
+        return []
+    # tokens starting before each piece's start and end, for all pieces in two searches (the counts
+    # toks.count(cur_start, piece_end) are differences of these)
+    bounds = np.asarray(pieces, dtype=np.int64)
+    before_start = np.searchsorted(toks.start_array, bounds[:, 0]).tolist()
+    before_end = np.searchsorted(toks.start_array, bounds[:, 1]).tolist()
     out: list[tuple[int, int]] = []
-    cur: tuple[int, int] | None = None
-    for p in pieces:
-        if cur is None:
-            cur = p
-        elif toks.count(cur[0], p[1]) <= size:
-            cur = (cur[0], p[1])
+    cur_a, cur_b = pieces[0]
+    cur_before = before_start[0]
+    for k in range(1, len(pieces)):
+        if before_end[k] - cur_before <= size:
+            cur_b = pieces[k][1]
         else:
-            out.append(cur)
-            cur = p
-    if cur is not None:
-        out.append(cur)
+            out.append((cur_a, cur_b))
+            cur_a, cur_b = pieces[k]
+            cur_before = before_start[k]
+    out.append((cur_a, cur_b))
     return out
 
 
