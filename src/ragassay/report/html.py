@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+import orjson
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
@@ -939,10 +940,42 @@ def _json_pieces(obj: object, depth: int = 3) -> Iterator[str]:
         yield script_json(obj)
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
+def _orjson_writes_as_json(obj: object) -> bool:
+    """Whether ``obj`` holds only what orjson writes byte for byte as ``json.dumps(ensure_ascii=False)``
+    does (every code point escaped alike, tested): str, int, bool and None in lists and str-keyed dicts.
+    Floats are not (orjson writes 1e-05 as 0.00001, NaN as null), nor other types (orjson writes
+    dataclasses, tuples' subclasses and the like that json refuses): those go to json."""
+    t = type(obj)
+    if t in _PLAIN:
+        return True
+    if t is list:
+        types = set(map(type, obj))
+        if types <= _PLAIN:
+            return True
+        if types == {list}:  # a column of short lists: their items' types in one pass
+            inner = set(map(type, itertools.chain.from_iterable(obj)))
+            if inner <= _PLAIN:
+                return True
+        return all(map(_orjson_writes_as_json, obj))
+    if t is dict:
+        return all(type(k) is str for k in obj) and all(map(_orjson_writes_as_json, obj.values()))
+    return False
+
+
 def script_json(obj: object) -> str:
     """JSON for a ``<script type="application/json">`` element: ``<``, ``>``, ``&`` and U+2028/U+2029 written
     as escapes, so no text in it can close the element or open a comment, whatever the data holds."""
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = None
+    if _orjson_writes_as_json(obj):
+        try:
+            text = orjson.dumps(obj).decode("utf-8")
+        except orjson.JSONEncodeError:  # an int beyond 64 bits, a lone surrogate, nesting past 255: json's turn
+            pass
+    if text is None:
+        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
