@@ -15,6 +15,7 @@ that byte test exact.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -458,6 +459,7 @@ def _durations(arr: pa.Array | None, rows: _Rows) -> list[dict] | None:
         rows.slow |= present
         return None
     names, cols = [], []
+    gaps = np.zeros(n, dtype=bool)
     for f in arr.type:
         child = arr.field(f.name)
         child_present = present & _valid(child)
@@ -472,12 +474,15 @@ def _durations(arr: pa.Array | None, rows: _Rows) -> list[dict] | None:
             continue
         rows.slow |= child_present & ~(np.isfinite(v) & (v >= 0))
         names.append(f.name)
-        cols.append(np.where(child_present, v, math.nan).tolist())
-    out = []
+        v = np.where(child_present, v, math.nan)
+        gaps |= np.isnan(v)
+        cols.append(v.tolist())
+    if not cols:
+        return [{} for _ in range(n)]
+    if not gaps.any():  # every row has every key: no per-value NaN test
+        return list(map(dict, map(zip, itertools.repeat(names), zip(*cols, strict=True))))
     isnan = math.isnan
-    for vals in zip(*cols, strict=True) if cols else [()] * n:
-        out.append({k: v for k, v in zip(names, vals, strict=True) if not isnan(v)})
-    return out
+    return [{k: v for k, v in zip(names, vals, strict=True) if not isnan(v)} for vals in zip(*cols, strict=True)]
 
 
 def _build(table, col, lines, ok, sources, branch_names, branch_present, citations, durations, extra) -> Part:
