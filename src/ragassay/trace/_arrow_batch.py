@@ -443,7 +443,8 @@ def _citations(arr: pa.Array | None, rows: _Rows) -> list | None:
         setattr_(c, "__pydantic_extra__", None)
         setattr_(c, "__pydantic_private__", None)
         objs.append(c)
-    return [objs[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]] if present[i] else [] for i in range(n)]
+    off, pres = (offsets - offsets[0]).tolist(), present.tolist()  # Python ints: no numpy scalar per row
+    return [objs[off[i]:off[i + 1]] if pres[i] else [] for i in range(n)]
 
 
 def _durations(arr: pa.Array | None, rows: _Rows) -> list[dict] | None:
