@@ -109,3 +109,23 @@ def test_a_failed_write_stops_the_score_like_the_plain_loop_and_resume_finishes_
         resumed, fresh = _stored(st, resumed_id), _stored(st, fresh_id)
     assert resumed_info == fresh_info
     assert resumed[:4] == fresh[:4] and len(resumed[0]) > 1000
+
+
+def test_a_scoring_failure_stops_the_reader_and_writer_threads(tmp_path, monkeypatch):
+    import ragassay.analysis.stream as stream
+
+    corpus, golden = load_inputs(None, None)
+    path = _random_file(tmp_path / "r.jsonl", corpus, golden, 2)
+    real, calls = stream.validate_unit_columns, []
+
+    def failing(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise MemoryError("batch 3")
+        return real(*a, **k)
+
+    monkeypatch.setattr(stream, "validate_unit_columns", failing)
+    with Store.open(tmp_path / "s.duckdb") as st, pytest.raises(MemoryError, match="batch 3"):
+        score_traces_into_store(st, path, corpus, golden, batch_size=16)
+    alive = {t.name for t in threading.enumerate()}
+    assert not alive & {"ragassay-trace-reader", "ragassay-store-writer"}

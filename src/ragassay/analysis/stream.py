@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+from contextlib import closing
 from dataclasses import dataclass, field
 from operator import attrgetter, is_not, itemgetter, methodcaller
 from pathlib import Path
@@ -352,8 +353,9 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
     # set and corpus would free nothing and grow with the run
     with gc_paused():
         try:
-            for batch in _prefetched(_chain(first, batches), lock):
-                _one_batch(batch)
+            with closing(_prefetched(_chain(first, batches), lock)) as prefetched:  # a failure stops the reader
+                for batch in prefetched:
+                    _one_batch(batch)
         finally:
             writer.close()
     trial_ids = sorted(trials) or [0]
