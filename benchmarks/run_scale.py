@@ -13,8 +13,8 @@ from ``os.wait4``):
 Targets (issue 18, about ``--batched``): 40,000 queries <= 4.4x the 10,000-query run; the 10,000-query run
 <= 3x bm25s alone.
 
-Each figure is printed as wall seconds and CPU seconds (user + system of that child alone, from
-``os.wait4``): on a shared machine CPU time is the steadier of the two, and the ratios are given for both.
+Each figure is printed as wall seconds, CPU seconds (user + system of that child alone, from
+``os.wait4``) and the 1-minute load average after it: on a shared machine CPU time is the steadier of the two, and the ratios are given for both.
 ``--modes`` picks the measured commands (default all three; the targets need ``batched`` and ``bm25s``).
 
 Usage: python benchmarks/run_scale.py [N ...] [--repeat R] [--keep DIR] [--modes batched,bm25s]
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -58,6 +59,11 @@ q_tokens = bm25s.tokenize(questions, stopwords="en", stemmer=stemmer, show_progr
 docs, scores = index.retrieve(q_tokens, k=50, show_progress=False, n_threads=1)
 print(f"{len(questions)} questions, {len(chunks)} chunks, {time.perf_counter() - t0:.2f} s in-process")
 '''
+
+
+def _load() -> str:
+    """The 1-minute load average after a measurement: on a shared machine it says how far to trust it."""
+    return f"{os.getloadavg()[0]:.1f}"
 
 
 def _bm25s_inputs(root: Path, paths: dict, n: int) -> None:
@@ -121,13 +127,14 @@ def main() -> None:
                     prof = json.loads(res[2])["profile_s"]
                     rows[mode].append((res[0], res[1], res[3]))
                     print(f"{n:>6} queries {mode:>9} run {r + 1}: {res[0]:.2f} s wall {res[3]:.2f} s CPU "
-                          f"{res[1]:.0f} MB  profile " + " ".join(f"{k}={v:.2f}" for k, v in prof.items()),
+                          f"{res[1]:.0f} MB  load {_load()}  profile "
+                          + " ".join(f"{k}={v:.2f}" for k, v in prof.items()),
                           flush=True)
                 if "bm25s" in modes:
                     res = _run([sys.executable, str(root / "bm25s_alone.py"), str(chunks), str(questions)])
                     rows["bm25s"].append((res[0], res[1], res[3]))
                     print(f"{n:>6} queries     bm25s run {r + 1}: {res[0]:.2f} s wall {res[3]:.2f} s CPU "
-                          f"{res[1]:.0f} MB  ({res[2].strip()})", flush=True)
+                          f"{res[1]:.0f} MB  load {_load()}  ({res[2].strip()})", flush=True)
             # the median run of each mode by wall time, its CPU time and peak beside it
             table[n] = {k: sorted(v)[len(v) // 2] for k, v in rows.items()}
 
