@@ -184,3 +184,33 @@ def test_reversed_null_search_finds_exactly_what_the_forward_pattern_finds(tmp_p
                            ('{"type":"trace","query_id":"q1","answer":null,"outcome":"abstained"}', True)):
         path.write_text(text + "\n", encoding="utf-8")
         assert (_read_columns(path) is not None) == columnar, text
+
+
+def test_queries_parquet_from_the_pages_rows_equals_the_sorted_store_export(inputs, tmp_path, monkeypatch):
+    """The Parquet file encoded from the rows the page reads equals, byte for byte, DuckDB's own sorted export
+    of the same columns written batch by batch (how it was written before)."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from ragassay.analysis import report_data as rd
+
+    monkeypatch.setattr(rd, "PARQUET_BATCH", 100)  # several row groups per run, as at scale
+    with Store.open(inputs["store"], read_only=True) as st:
+        got = rd.write_queries_parquet(st, inputs["runs"], tmp_path / "q.parquet").read_bytes()
+        buf, writer = io.BytesIO(), None
+        for name in inputs["runs"]:
+            rec = st.get_run(name)
+            reader = st.connection.sql(
+                "SELECT $run_id AS run_id, $run_name AS run_name, query_id, trial, metric, value, stratum, "
+                "latency_ms FROM results WHERE run_id = $run_id ORDER BY query_id, trial, metric",
+                params={"run_id": rec.run_id, "run_name": name}).to_arrow_reader(100)
+            for batch in reader:
+                writer = writer or pq.ParquetWriter(buf, batch.schema, compression="zstd")
+                writer.write_batch(batch.cast(writer.schema))
+        writer.close()
+    table = pq.read_table(io.BytesIO(got))
+    assert table.num_rows == 2 * 90 * len(METRICS) and pq.ParquetFile(io.BytesIO(got)).num_row_groups > 2
+    assert table.column_names[:2] == ["run_id", "run_name"] and "judged_fraction" not in table.column_names
+    assert table.equals(pq.read_table(io.BytesIO(buf.getvalue())))
+    assert got == buf.getvalue()

@@ -645,12 +645,13 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
                       traces_dir: str | Path | None = None, title: str = "ragassay report",
                       analyses: bool = True, analysis_resamples: int = REPORT_RESAMPLES,
                       sections: dict | None = None, requested_resamples: int | None = None,
-                      prefetched: PrefetchedTraces | None = None) -> dict:
+                      prefetched: PrefetchedTraces | None = None, parquet: QueriesParquet | None = None) -> dict:
     """The report's data (docs/report.md). ``analyses`` adds the analysis sections (:func:`analysis_sections`,
     with ``analysis_resamples`` bootstrap resamples); ``sections`` are analysis sections the caller already
     computed (``decomposition``, ``attribution``, ...), used as given. ``requested_resamples``: what the
     user asked the comparisons for, when :func:`comparison_resamples` gave them fewer (the page says so).
-    ``prefetched``: the runs' traces already being read (with this ``traces_dir``), taken from there."""
+    ``prefetched``: the runs' traces already being read (with this ``traces_dir``), taken from there.
+    ``parquet``: given each run's rows as they are read, for the per-query Parquet file."""
     store = read_cached(store)
     recs = [store.get_run(r) for r in run_ids]
     names = [r.name for r in recs]
@@ -658,6 +659,8 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
     summaries, from_rows = {}, {}
     for r in recs:
         res = _run_rows(store, r.run_id)
+        if parquet is not None:
+            parquet.add(r, res)
         summaries[r.run_id] = summary = run_summary(res)
         have = {m["metric"]: m for m in summary["metrics"]}
         from_rows[r.run_id] = {
@@ -1046,26 +1049,46 @@ def write_queries_parquet(store, run_ids: list[str], path: str | Path) -> Path:
     """Every result row of the runs, long format (one row per run x query x trial x metric, with the
     query's stratum and latency), written to ``path`` under a temporary name and moved into place.
 
-    Rows stream from DuckDB to the Parquet writer in batches of :data:`PARQUET_BATCH` rows, in the order
-    ``Store.results`` gives, so a run's 1.5 million rows never sit in memory at once."""
-    import pyarrow.parquet as pq
-
-    buf = io.BytesIO()
-    writer = None
+    One run's rows at a time (:func:`_run_rows`), so the runs' rows never sit in memory at once; the report
+    passes a :class:`QueriesParquet` to :func:`build_report_data` instead, which encodes the rows it reads
+    anyway rather than sorting each run a second time."""
+    sink = QueriesParquet()
     for ref in run_ids:
         rec = store.get_run(ref)
-        reader = store.connection.sql(
-            "SELECT $run_id AS run_id, $run_name AS run_name, query_id, trial, metric, value, stratum, latency_ms "
-            "FROM results WHERE run_id = $run_id ORDER BY query_id, trial, metric",
-            params={"run_id": rec.run_id, "run_name": rec.name}).to_arrow_reader(PARQUET_BATCH)
-        for batch in reader:
-            if writer is None:
-                writer = pq.ParquetWriter(buf, batch.schema, compression="zstd")
-            writer.write_batch(batch.cast(writer.schema))
-    if writer is not None:
-        writer.close()
-    atomic_write_bytes(Path(path), buf.getvalue())
+        sink.add(rec, _run_rows(store, rec.run_id))
+    atomic_write_bytes(Path(path), sink.finish())
     return Path(path)
+
+
+class QueriesParquet:
+    """The per-query Parquet file in memory, fed each run's rows as :func:`_run_rows` gives them (sorted by
+    query, trial and metric): the run id and name, then every column but ``judged_fraction``, in row groups
+    of at most :data:`PARQUET_BATCH` rows (the sorted result's own chunks, as DuckDB's batch reader gives
+    them), zstd-compressed."""
+
+    COLUMNS = ("query_id", "trial", "metric", "value", "stratum", "latency_ms")
+
+    def __init__(self):
+        self._buf = io.BytesIO()
+        self._writer = None
+
+    def add(self, rec, rows: pa.Table) -> None:
+        import pyarrow.parquet as pq
+
+        const = pa.array([rec.run_id, rec.name], type=pa.string())
+        for batch in rows.select(list(self.COLUMNS)).to_batches(max_chunksize=PARQUET_BATCH):
+            zeros = np.zeros(batch.num_rows, dtype=np.int32)
+            full = pa.RecordBatch.from_arrays(
+                [const.take(zeros), const.take(zeros + 1), *batch.columns], names=["run_id", "run_name",
+                                                                                   *self.COLUMNS])
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(self._buf, full.schema, compression="zstd")
+            self._writer.write_batch(full.cast(self._writer.schema))
+
+    def finish(self) -> bytes:
+        if self._writer is not None:
+            self._writer.close()
+        return self._buf.getvalue()
 
 
 # ---------------------------------------------------------------------------------------------- analyses

@@ -65,11 +65,12 @@ def report(
     from ragassay.analysis.report_data import (
         PARQUET_NAME,
         PrefetchedTraces,
+        QueriesParquet,
         build_report_data,
         comparison_resamples,
         read_cached,
-        write_queries_parquet,
     )
+    from ragassay.fsio import atomic_write_bytes
     from ragassay.store import Store
 
     if (corpus is None) != (golden is None):
@@ -94,18 +95,21 @@ def report(
         used = comparison_resamples(resamples, len(gs.queries)) if len(recs) > 1 else resamples
         comparisons = [compare_runs(st, recs[0].run_id, r.run_id, n_resamples=used, rebaseline=rebaseline)
                        for r in recs[1:]]
+        # the Parquet file is encoded from the rows the page reads (one sort of each run, not two)
+        parquet_rows = QueriesParquet()
         data = build_report_data(st, [r.run_id for r in recs], gs, corp, comparisons=comparisons,
                                  traces_dir=traces_dir, title=f"ragassay report: {', '.join(r.name for r in recs)}",
                                  analyses=analyses, analysis_resamples=analysis_resamples,
-                                 requested_resamples=resamples, prefetched=prefetched)
+                                 requested_resamples=resamples, prefetched=prefetched, parquet=parquet_rows)
         # The page first: a folder holding only a Parquet file would not be recognised as a report next time.
         data["parquet"] = PARQUET_NAME
         if included:
             data["includes"] = included
         path = render_report(data, out)
         warnings = data.get("warnings", [])
-        del data  # the page is written: its data need not share memory with the rows the Parquet file reads
-        parquet = write_queries_parquet(st, [r.run_id for r in recs], out / PARQUET_NAME)
+        del data
+        parquet = out / PARQUET_NAME
+        atomic_write_bytes(parquet, parquet_rows.finish())
     if json_out:
         print_json({"report": str(path), "bytes": path.stat().st_size, "parquet": str(parquet),
                     "parquet_bytes": parquet.stat().st_size, "runs": [r.run_id for r in recs],
