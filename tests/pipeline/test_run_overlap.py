@@ -9,7 +9,6 @@ from ragassay.analysis.demo import demo_config_dir
 from ragassay.analysis.runner import BATCH_QUERIES, load_inputs, run_pipeline_into_store
 from ragassay.store import Store
 
-
 pytestmark = pytest.mark.slow  # three runs of the demo set (~9 s on a loaded machine)
 
 
