@@ -45,7 +45,8 @@ from ragassay.trace.schema import UnitColumns, validate_unit_columns
 BATCH_QUERIES = 64
 MAX_COMMIT_QUERIES = 1024
 # Parts of a pipeline run timed by ``profile`` (wall seconds): building the pipeline (chunking, indexes),
-# the golden set's label arrays, running the queries, scoring them, writing traces, writing rows. Entries
+# the golden set's label arrays, running the queries, scoring them, writing traces, writing rows (on the
+# writer thread, beside the other parts: its wall seconds include waits for the interpreter lock). Entries
 # ``stage:<name>`` add up the per-item stage times the traces record (within ``queries``).
 PROFILE_PARTS = ("build", "labels", "queries", "score", "traces", "store")
 MAX_EXAMPLES = 50
