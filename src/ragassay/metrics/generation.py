@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import comb
 
 from ragassay.errors import InputError
 
@@ -275,6 +274,9 @@ def pass_at_k(trials: Sequence[Sequence[bool]], k: int) -> PassAtK:
     first_k = np.array(
         [bool(np.all(np.asarray(t[:k], dtype=bool))) if len(t) >= k else False for t in trials]
     )
+    # scipy.special costs ~110 ms to import; only pass@k needs it, so scoring never pays for it
+    from scipy.special import comb
+
     enough = n >= k
     p1 = c / n
     with np.errstate(invalid="ignore", divide="ignore"):
