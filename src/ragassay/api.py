@@ -214,9 +214,11 @@ class Run:
     def summary(self) -> dict:
         """Means per metric (with defined/undefined counts), per stratum, latency percentiles and judged
         fraction: the figures ``ragassay score`` prints."""
-        from ragassay.analysis.summary import run_summary
+        from ragassay.analysis.summary import stored_run_summary
 
-        return run_summary(self.to_arrow())
+        # one metric at a time: the whole results table of a 100,000-query run is ~1 GB
+        with _open(self.store, read_only=True) as st:
+            return stored_run_summary(st, self.run_id)
 
     def metric(self, name: str) -> float:
         """The mean of one metric over its defined rows (NaN when none is defined); ``name`` in any spelling

@@ -18,7 +18,7 @@ from ragassay.analysis.decomposition import decomposition_between, decomposition
 from ragassay.analysis.gate import GatePolicy, GateResult, MetricPolicy, run_gate
 from ragassay.analysis.report_data import build_report_data
 from ragassay.analysis.runner import load_inputs, run_pipeline_into_store
-from ragassay.analysis.summary import run_summary
+from ragassay.analysis.summary import stored_run_summary
 from ragassay.store import Store
 
 DEMO_CONFIGS = ("bm25", "hybrid", "hybrid_rerank", "oracle")
@@ -228,7 +228,7 @@ def run_demo(out: str | Path = "ragassay-demo", *, n_resamples: int = 10_000, co
                       "section": judge_validation_section(record, statuses, means)}
         timings["judge"] = time.perf_counter() - t
         for name, run_id in run_ids.items():
-            summaries[name] = run_summary(st.results(run_id))
+            summaries[name] = stored_run_summary(st, run_id)
             for m in summaries[name]["metrics"]:
                 if m["metric"] in statuses.get(name, {}):
                     m["judge_status"] = statuses[name][m["metric"]]["status"]
