@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import os
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
@@ -376,6 +377,26 @@ def _stable_order(keys: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return order, new
 
 
+# corpus -> {doc_id: canonical length}: a run validates batch after batch against one corpus, so the
+# per-document lengths are read once, not once per batch. Weak keys, so a corpus is not kept alive by it;
+# plain mappings (not weakly referable, and mutable) are measured on each call.
+_DOC_LENGTHS: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+
+
+def _doc_lengths(corpus: Any, docs: Mapping[str, Any], rich: bool) -> dict[str, int]:
+    try:
+        return _DOC_LENGTHS[corpus]
+    except (KeyError, TypeError):
+        pass
+    lengths = {doc: len(d.text if rich else d) for doc, d in docs.items()}
+    if rich:
+        try:
+            _DOC_LENGTHS[corpus] = lengths
+        except TypeError:
+            pass
+    return lengths
+
+
 def validate_units(traces: Sequence[Trace], corpus: Any,
                    lines: Mapping[tuple[str, int], int] | None = None) -> UnitCheck:
     """Check every unit of every trace against the corpus, in array passes over the whole run.
@@ -406,8 +427,8 @@ def validate_unit_columns(cols: UnitColumns, corpus: Any,
     pos = np.arange(n) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     doc_code, doc_ids = dense_codes(cols.doc_id)
     check.doc_code, check.doc_ids = doc_code, doc_ids
-    found = [docs.get(doc) for doc in doc_ids]
-    doc_len = np.asarray([-1 if f is None else len(f.text if rich else f) for f in found], dtype=np.int64)
+    known = _doc_lengths(corpus, docs, rich)
+    doc_len = np.fromiter((known.get(doc, -1) for doc in doc_ids), dtype=np.int64, count=len(doc_ids))
     start, end, score = cols.start, cols.end, cols.score
     length = doc_len[doc_code]
 
@@ -422,11 +443,13 @@ def validate_unit_columns(cols: UnitColumns, corpus: Any,
     flag(4, end > length)
     text_bad = np.zeros(n, dtype=bool)
     if cols.text is not None:
+        # only the few units that carry text are compared (a run's packed units), and of them the ones
+        # still valid, so their doc exists and the span lies inside it
         texts = cols.text
-        for i in np.flatnonzero(reason == 0):
-            if texts[i] is not None:
-                d = docs[cols.doc_id[i]]
-                text_bad[i] = (d.text if rich else d)[start[i]:end[i]] != texts[i]
+        given = np.fromiter((i for i, x in enumerate(texts) if x is not None), dtype=np.int64)
+        for i in given[reason[given] == 0].tolist():
+            d = docs[doc_ids[doc_code[i]]]
+            text_bad[i] = (d.text if rich else d)[start[i]:end[i]] != texts[i]
     flag(5, text_bad)
     flag(6, cols.has_score & ~np.isfinite(score))
     # repeats within one list: the same unit_id, or the same (doc, start, end), after its first occurrence
