@@ -1083,7 +1083,80 @@ def _normalize_rows(rows: pa.Table | Mapping[str, Sequence[Any]]) -> pa.Table:
 
 
 def _normalize_done(done: Iterable[tuple[str, int, str, str | None]]) -> pa.Table:
-    entries = list(done)
+    """The done markers as an Arrow table (query_id, trial, status, error), checked as columns.
+
+    ``write_batch`` runs on the store's writer thread while the next batch is scored, so the checks work on
+    whole columns (type sets, set membership, one Arrow grouping), not one Python step per marker. Only a
+    batch that fails them goes through ``_explain_bad_done``, which words the error for the first bad marker.
+    """
+    entries = done if isinstance(done, list) else list(done)
+    table = _done_columns(entries)
+    if table is None:
+        _explain_bad_done(entries)
+        # the column checks refused something the per-marker rules accept (e.g. a str subclass as query_id)
+        table = _done_table(entries)
+    return table
+
+
+_DONE_TRIAL_TYPES: dict[type, bool] = {}
+
+
+def _trial_type_ok(t: type) -> bool:
+    ok = _DONE_TRIAL_TYPES.get(t)
+    if ok is None:
+        ok = _DONE_TRIAL_TYPES[t] = t is int or issubclass(t, np.integer)
+    return ok
+
+
+def _done_columns(entries: list[Any]) -> pa.Table | None:
+    """The markers' table when every column check passes, else None (some marker is bad, or unusual)."""
+    if not entries:
+        return _done_table(entries)
+    if not set(map(type, entries)) <= {tuple, list} or set(map(len, entries)) != {4}:
+        return None
+    query_ids, trials, statuses, errors = zip(*entries, strict=True)
+    if set(map(type, query_ids)) != {str} or "" in query_ids:
+        return None
+    if not all(map(_trial_type_ok, set(map(type, trials)))):
+        return None
+    try:
+        if not set(statuses) <= set(QUERY_STATUSES):
+            return None
+    except TypeError:  # an unhashable status
+        return None
+    if not set(map(type, errors)) <= {str, type(None)}:
+        return None
+    try:
+        trial = pa.array(trials, pa.int64())
+    except (pa.ArrowException, OverflowError):
+        return None
+    lo, hi = pc.min_max(trial).values()
+    if lo.as_py() < 0 or hi.as_py() > np.iinfo(np.int32).max:
+        return None
+    table = pa.table({"query_id": pa.array(query_ids, pa.string()), "trial": trial})
+    if table.group_by(["query_id", "trial"]).aggregate([]).num_rows != len(entries):
+        return None
+    return pa.table({
+        "query_id": table["query_id"],
+        "trial": pc.cast(trial, pa.int32()),
+        "status": pa.array(statuses, pa.string()),
+        "error": pa.array(errors, pa.string()),
+    })
+
+
+def _done_table(entries: Sequence[Any]) -> pa.Table:
+    return pa.table(
+        {
+            "query_id": pa.array([e[0] for e in entries], pa.string()),
+            "trial": pa.array([int(e[1]) for e in entries], pa.int32()),
+            "status": pa.array([e[2] for e in entries], pa.string()),
+            "error": pa.array([e[3] for e in entries], pa.string()),
+        }
+    )
+
+
+def _explain_bad_done(entries: Sequence[Any]) -> None:
+    """Raise ``SchemaError`` naming the first bad marker (by its index) or the first repeated one."""
     for k, entry in enumerate(entries):
         if not isinstance(entry, Sequence) or isinstance(entry, str) or len(entry) != 4:
             raise SchemaError(f"done[{k}] = {entry!r}; expected (query_id, trial, status, error)")
@@ -1103,14 +1176,6 @@ def _normalize_done(done: Iterable[tuple[str, int, str, str | None]]) -> pa.Tabl
                 f"done markers: ({query_id!r}, {trial}) appears twice in one batch; send it once"
             )
         seen.add((query_id, int(trial)))
-    return pa.table(
-        {
-            "query_id": pa.array([e[0] for e in entries], pa.string()),
-            "trial": pa.array([int(e[1]) for e in entries], pa.int32()),
-            "status": pa.array([e[2] for e in entries], pa.string()),
-            "error": pa.array([e[3] for e in entries], pa.string()),
-        }
-    )
 
 
 def _check_unique(table: pa.Table, key: tuple[str, ...], what: str) -> None:
