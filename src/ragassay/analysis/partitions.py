@@ -137,7 +137,7 @@ def score_dataset_file(index: int, path: str, corpus, golden: GoldenSet, options
 
     from ragassay.analysis.runner import _done_markers
     from ragassay.analysis.scoring import Labels, _doc_lengths, _final_k
-    from ragassay.analysis.stream import MAX_EXAMPLES, _Known, score_known
+    from ragassay.analysis.stream import MAX_EXAMPLES, KnownBatch, score_known
     from ragassay.trace.parquet import ParquetTraceReader
     from ragassay.trace.schema import UnitCheck, validate_unit_columns
 
@@ -163,7 +163,7 @@ def score_dataset_file(index: int, path: str, corpus, golden: GoldenSet, options
     for batch in reader:
         unknown.update(m.query_id for m in batch.traces if m.query_id not in golden)
         trials.update(m.trial for m in batch.traces)
-        part = _Known.of(batch, golden)
+        part = KnownBatch.of(batch, golden)
         check = validate_unit_columns(part.units, corpus, reader.lines)
         structure.grow(part)
         table, ctx_tokens = rows_of(part, check)
@@ -176,11 +176,11 @@ def score_dataset_file(index: int, path: str, corpus, golden: GoldenSet, options
         examples.extend(check.messages(path, limit=MAX_EXAMPLES - len(examples)))
     for i, (span, _, used) in enumerate(scored):
         if used != structure:  # scored before the file showed all its structure: again, with all of it
-            again = _Known.of(reader.replay(span), golden)
+            again = KnownBatch.of(reader.replay(span), golden)
             tables[i] = rows_of(again, validate_unit_columns(again.units, corpus, reader.lines))[0]
     lo, hi = reader.first_row[index], reader.first_row[index + 1]
     kept = [(k, ln) for k, ln in reader.lines.items() if lo < ln <= hi]
-    results = pa.concat_tables(tables) if tables else rows_of(_Known.empty(), UnitCheck())[0]
+    results = pa.concat_tables(tables) if tables else rows_of(KnownBatch.empty(), UnitCheck())[0]
     return ScoredFile(index, results, [d for _, done, _ in scored for d in done],
                       pa.table({"query_id": pa.array([k[0] for k, _ in kept], pa.string()),
                                 "trial": pa.array([k[1] for k, _ in kept], pa.int64()),
@@ -239,7 +239,7 @@ def _score_dataset(store, path: str, corpus, golden, opt, name, allow_pin_mismat
         config_warnings,
     )
     from ragassay.analysis.scoring import Labels, _doc_lengths, _final_k
-    from ragassay.analysis.stream import _RESUME_PINS, MAX_EXAMPLES, Structure, _Known, score_known
+    from ragassay.analysis.stream import MAX_EXAMPLES, RESUME_PINS, KnownBatch, Structure, score_known
     from ragassay.errors import InputError
     from ragassay.trace.parquet import ParquetTraceReader
     from ragassay.trace.schema import UnitCheck
@@ -254,7 +254,7 @@ def _score_dataset(store, path: str, corpus, golden, opt, name, allow_pin_mismat
     if resume:
         rec = store.get_run(resume)
         want = _record(rec.name, golden, corpus, config, sha, opt, rec.trials, f"traces:{path}")
-        if any(getattr(rec, k) != getattr(want, k) for k in _RESUME_PINS):
+        if any(getattr(rec, k) != getattr(want, k) for k in RESUME_PINS):
             raise InputError(f"run {rec.name} ({rec.run_id}) was scored from {rec.source.removeprefix('traces:')} "
                              "with other pins; resume it with the same traces, golden set, corpus and options")
         run_id = rec.run_id
@@ -330,7 +330,7 @@ def _score_dataset(store, path: str, corpus, golden, opt, name, allow_pin_mismat
     for start in range(0, len(miss_pos), batch_size):
         pos = miss_pos[start:start + batch_size]
         rows = list(zip(q_col.take(pos).to_pylist(), t_col.take(pos).to_pylist(), strict=True))
-        table, ctx_tokens = score_known(golden, labels, _Known.empty(), rows, np.full(len(rows), -1), structure,
+        table, ctx_tokens = score_known(golden, labels, KnownBatch.empty(), rows, np.full(len(rows), -1), structure,
                                         final_k, UnitCheck(), doc_lengths)
         if not all(k in done for k in rows):
             store.write_batch(run_id, table, done=_done_markers(rows, {}))

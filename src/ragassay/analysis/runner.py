@@ -270,7 +270,7 @@ def _run_batches(store: Store, pipe: PipelineWorkers, config_path: str | Path, c
         store_writer.submit(functools.partial(write, list(pending)))
         pending.clear()
 
-    from ragassay.analysis.stream import _Writer
+    from ragassay.analysis.stream import BatchWriter
 
     starts = range(0, total, BATCH_QUERIES)
     score = functools.partial(_score_batch, _ScoreContext(golden, header, opt, corpus, labels, traces_dir is not None,
@@ -282,7 +282,7 @@ def _run_batches(store: Store, pipe: PipelineWorkers, config_path: str | Path, c
     # objects (freed by reference counting): with the collector paused over the loop, re-enabling it
     # after each batch no longer sets off a collection over that batch's still-live traces.
     with gc_frozen(), gc_paused():
-        store_writer = _Writer(store)
+        store_writer = BatchWriter(store)
         try:
             trace_writer = None
             results = pipe.map([todo[start:start + BATCH_QUERIES] for start in starts], batched, score)
@@ -359,10 +359,10 @@ def score_batch(ctx: _ScoreContext, keys: Sequence[tuple[str, int]], traces: lis
     computed from unit columns with the streaming scorer's kernels (:func:`~ragassay.analysis.stream.score_known`)
     instead of one Python object per unit. Which metrics the rows get follows the batch's own traces,
     as in ``score_traces``."""
-    from ragassay.analysis.stream import Structure, _Known, score_known
+    from ragassay.analysis.stream import KnownBatch, Structure, score_known
 
     units, list_trace, tokens = _batch_units(traces)
-    part = _Known(list(traces), units, list_trace, tokens)
+    part = KnownBatch(list(traces), units, list_trace, tokens)
     position = {t.key: i for i, t in enumerate(traces)}
     row_trace = np.fromiter(map(position.get, keys, itertools.repeat(-1)), dtype=np.int64, count=len(keys))
     structure = Structure()

@@ -49,7 +49,7 @@ from ragassay.trace.schema import Trace, UnitCheck, UnitColumns, dense_codes, va
 from ragassay.trace.sources import open_trace_batches
 
 BATCH_TRACES = 2048
-_RESUME_PINS = ("source", "config_sha", "dataset_version", "corpus_digest", "metric_version",
+RESUME_PINS = ("source", "config_sha", "dataset_version", "corpus_digest", "metric_version",
                 "hit_rule", "relevance_threshold", "gain", "ties")
 MAX_EXAMPLES = 50
 
@@ -64,7 +64,7 @@ class Structure:
     generation: bool = False
     outcome: bool = False
 
-    def grow(self, part: _Known) -> bool:
+    def grow(self, part: KnownBatch) -> bool:
         """Add a batch's structure; True when the metric set changed."""
         before = (len(self.branches), self.retrieval, self.rerank, self.generation, self.outcome)
         traces = part.traces
@@ -83,7 +83,7 @@ class Structure:
 
 
 @dataclass
-class _Known:
+class KnownBatch:
     """The traces of a batch whose query is in the golden set, with their units."""
 
     traces: list[Trace]
@@ -92,7 +92,7 @@ class _Known:
     tokens: np.ndarray
 
     @classmethod
-    def of(cls, batch: TraceBatch, golden: GoldenSet) -> _Known:
+    def of(cls, batch: TraceBatch, golden: GoldenSet) -> KnownBatch:
         keep = np.fromiter((m.query_id in golden for m in batch.traces), dtype=bool, count=len(batch.traces))
         if keep.all():
             return cls(batch.traces, batch.units, batch.list_trace, batch.tokens)
@@ -116,7 +116,7 @@ class _Known:
         return out
 
     @classmethod
-    def empty(cls) -> _Known:
+    def empty(cls) -> KnownBatch:
         z = np.zeros(0, dtype=np.int64)
         return cls([], UnitColumns([], [], z, [], [], z, z, np.zeros(0), np.zeros(0, dtype=bool), None), z,
                    np.zeros(0))
@@ -141,7 +141,7 @@ def _floats(values: np.ndarray) -> pa.Array:
     return pa.array(values, mask=np.isnan(values))
 
 
-def score_known(golden: GoldenSet, labels: Labels, part: _Known, rows: list[tuple[str, int]],
+def score_known(golden: GoldenSet, labels: Labels, part: KnownBatch, rows: list[tuple[str, int]],
                 row_trace: np.ndarray, structure: Structure, final_k: int, check: UnitCheck | np.ndarray,
                 doc_lengths: dict[str, int] | None) -> tuple[pa.Table, np.ndarray]:
     """Rows for ``rows`` (trace index per row in ``row_trace``, -1 = no trace) and each row's
@@ -301,7 +301,7 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
         run_id = rec.run_id
         want = _record(rec.name, golden, corpus, config, header.config_sha if header else "", opt, rec.trials,
                        f"traces:{traces_path}")
-        if any(getattr(rec, k) != getattr(want, k) for k in _RESUME_PINS):
+        if any(getattr(rec, k) != getattr(want, k) for k in RESUME_PINS):
             raise InputError(f"run {rec.name} ({run_id}) was scored from {rec.source.removeprefix('traces:')} "
                              f"with other pins; resume it with the same traces, golden set, corpus and options")
         done = store.resume_run(run_id)
@@ -319,9 +319,9 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
     n_fail, examples = 0, []
 
     lock = threading.Lock()  # the reader's batch state: the prefetch thread reads, replays happen here
-    writer = _Writer(store)
+    writer = BatchWriter(store)
 
-    def write(part: _Known, check: UnitCheck, skip_done: bool) -> tuple[list[tuple[str, int]], np.ndarray]:
+    def write(part: KnownBatch, check: UnitCheck, skip_done: bool) -> tuple[list[tuple[str, int]], np.ndarray]:
         """Score ``part`` and queue its rows; returns its (query_id, trial) keys and context tokens."""
         traces = part.traces
         rows = list(zip(map(attrgetter("query_id"), traces), map(attrgetter("trial"), traces), strict=True))
@@ -336,13 +336,13 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
         nonlocal n_fail
         unknown.update(m.query_id for m in batch.traces if m.query_id not in golden)
         trials.update(m.trial for m in batch.traces)
-        part = _Known.of(batch, golden)
+        part = KnownBatch.of(batch, golden)
         check = validate_unit_columns(part.units, corpus, reader.lines)
         if structure.grow(part):
             for span in spans:  # earlier batches lack the new metrics: score them again (rows replaced)
                 with lock:
                     replayed = reader.replay(span)
-                again = _Known.of(replayed, golden)
+                again = KnownBatch.of(replayed, golden)
                 write(again, validate_unit_columns(again.units, corpus, reader.lines), skip_done=False)
         rows, ctx_tokens = write(part, check, skip_done=True)
         ctx.update(zip(rows, ctx_tokens.tolist(), strict=True))
@@ -363,7 +363,7 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
     missing = [k for k in keys if k not in reader.lines]
     for start in range(0, len(missing), batch_size):
         rows = missing[start:start + batch_size]
-        table, ctx_tokens = score_known(golden, labels, _Known.empty(), rows, np.full(len(rows), -1), structure,
+        table, ctx_tokens = score_known(golden, labels, KnownBatch.empty(), rows, np.full(len(rows), -1), structure,
                                         final_k, UnitCheck(), doc_lengths)
         if not all(k in done for k in rows):
             store.write_batch(run_id, table, done=_done_markers(rows, {}))
@@ -433,7 +433,7 @@ def _prefetched(batches, lock: threading.Lock):
         thread.join()
 
 
-class _Writer:
+class BatchWriter:
     """The store's one writer, on its own thread: batches are written in the order submitted, each in its
     own transaction as before, while the next batch is scored. A failed write stops the writes after it
     (as a failure stopped the loop before) and is raised by the next ``submit`` or by ``close``."""
@@ -465,3 +465,8 @@ class _Writer:
         self._jobs.put(None)
         self._thread.join()
         self._raise()
+
+
+# the former private names, still imported by tests/analysis (test_stream_kernels, test_score_overlap)
+_Known = KnownBatch
+_Writer = BatchWriter
