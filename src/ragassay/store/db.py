@@ -11,7 +11,9 @@ The key is not a DuckDB index (schema version 2; see ``store.schema``). The writ
 64-bit hash of every (query_id, trial) pair it has stored rows for: a batch whose pairs are all new is a plain
 append, and only a batch that touches a stored pair first deletes the rows it replaces. A hash collision only
 sends a batch down that exact path. ``finish_run`` then checks the whole run once, so rows written to one run
-by two connections at once end in an error, never in silent duplicates.
+by two connections at once end in an error, never in silent duplicates; for a run this ``Store`` created and
+alone wrote (its row count is what the writer accounts for) that bookkeeping is the proof, and the full
+check is skipped.
 
 Undefined metric values (NaN or null) are stored as ``value = NULL`` with ``defined = false`` and come back
 as NaN, so an undefined value is never confused with 0 and can always be counted.
@@ -168,6 +170,9 @@ class Store:
         self._keyed_results = False
         # run_id -> sorted uint64 hashes of the (query_id, trial) pairs with stored rows (unkeyed stores).
         self._pairs: dict[str, np.ndarray] = {}
+        # run_id -> rows of the run this object accounts for, kept only for runs it created (unkeyed stores):
+        # see `_session_proves_unique`.
+        self._own_rows: dict[str, int] = {}
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -319,20 +324,24 @@ class Store:
         marks = ", ".join("?::JSON" if c in _JSON_COLUMNS else "?" for c in _RUN_COLUMNS)
         self._con.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", [values[c] for c in _RUN_COLUMNS])
         self._pairs[run_id] = np.zeros(0, dtype=np.uint64)
+        self._own_rows[run_id] = 0
         return run_id
 
     def finish_run(self, run_id: str, status: str = "complete") -> None:
         """Mark a run 'complete' or 'failed', stamp finished_at and fill n_queries if it was not given.
 
-        First checks, once for the whole run, that no (query_id, trial, metric) key is stored twice; a run
-        that fails the check raises ``SchemaError`` and stays 'running'."""
+        First checks, once for the whole run, that no (query_id, trial, metric) key is stored twice (or that
+        this object's own writes prove it: ``_session_proves_unique``); a run that fails the check raises
+        ``SchemaError`` and stays 'running'."""
         self._check_writable()
         if status not in ("complete", "failed"):
             raise InputError(f"finish_run status {status!r} must be 'complete' or 'failed'")
         self._require_run(run_id)
         if not self._keyed_results:
-            self._check_run_unique(run_id)
+            if not self._session_proves_unique(run_id):
+                self._check_run_unique(run_id)
             self._pairs.pop(run_id, None)
+            self._own_rows.pop(run_id, None)
         self._con.execute(
             "UPDATE runs SET status = ?, finished_at = ?, n_queries = coalesce(n_queries, "
             "(SELECT count(DISTINCT query_id) FROM results WHERE run_id = ?)) WHERE run_id = ?",
@@ -479,29 +488,33 @@ class Store:
         stored = self._stored_pairs(run_id)
         replace_rows = bool(pairs.size and stored.size and np.isin(pairs, stored, assume_unique=True).any())
         # Done markers keep their (small) primary key: a marker already stored is replaced on a second try.
-        self._transaction(lambda replace: self._insert(run_id, table.num_rows, n_done, replace_rows=replace_rows,
-                                                       replace_done=replace))
+        deleted = self._transaction(lambda replace: self._insert(run_id, table.num_rows, n_done,
+                                                                 replace_rows=replace_rows, replace_done=replace))
+        if run_id in self._own_rows:
+            self._own_rows[run_id] += table.num_rows - deleted
         fresh = pairs[~np.isin(pairs, stored, assume_unique=True)] if stored.size else pairs
         self._pairs[run_id] = np.insert(stored, np.searchsorted(stored, fresh), fresh)
 
-    def _transaction(self, insert: Any, before_retry: Any = None) -> None:
+    def _transaction(self, insert: Any, before_retry: Any = None) -> Any:
         """Run ``insert(False)`` in one transaction; on a key conflict roll back and run ``insert(True)``.
-        Fresh keys are the common case, and a plain INSERT costs about half of an upsert."""
+        Fresh keys are the common case, and a plain INSERT costs about half of an upsert. Returns what the
+        committed call returned."""
         con = self._con
         con.execute("BEGIN TRANSACTION")
         try:
             try:
-                insert(False)
+                out = insert(False)
             except duckdb.ConstraintException:
                 con.execute("ROLLBACK")
                 if before_retry is not None:
                     before_retry()
                 con.execute("BEGIN TRANSACTION")
-                insert(True)
+                out = insert(True)
             con.execute("COMMIT")
         except BaseException:
             self._rollback()
             raise
+        return out
 
     def _stored_pairs(self, run_id: str) -> np.ndarray:
         pairs = self._pairs.get(run_id)
@@ -511,6 +524,24 @@ class Store:
             ).fetchnumpy()["h"]
             pairs = self._pairs[run_id] = np.asarray(found, dtype=np.uint64)
         return pairs
+
+    def _session_proves_unique(self, run_id: str) -> bool:
+        """True when this object's own bookkeeping proves the run holds no key twice, so ``finish_run`` can
+        skip the full check (0.4-0.9 s at 100,000 queries x 23 metrics).
+
+        Every write of this object is unique within its batch (checked in ``_write_unkeyed``) and, against
+        the stored rows, either touches only pairs it never stored (no stored row can share their keys) or
+        first deletes the keys it replaces. So rows written only by this object are unique. That covers a
+        run created by this object, whose every stored row it accounts for (rows inserted minus rows
+        deleted); a resumed run may hold rows from before, which are checked in full. Any foreign write
+        that adds rows - a second writer, a raw INSERT through ``connection`` - leaves the run with more
+        rows than accounted for and sends it to the full check. (Only a foreign change that deletes as many
+        rows as it adds duplicates could hide one; the Store's own writers never do that.)"""
+        own = self._own_rows.get(run_id)
+        if own is None:
+            return False
+        (n,) = self._con.execute("SELECT count(*) FROM results WHERE run_id = ?", [run_id]).fetchone()
+        return n == own
 
     def _check_run_unique(self, run_id: str) -> None:
         """Raise ``SchemaError`` if a (query_id, trial, metric) key of the run is stored more than once.
@@ -535,14 +566,16 @@ class Store:
                 "new run"
             )
 
-    def _insert(self, run_id: str, n_rows: int, n_done: int, *, replace_rows: bool, replace_done: bool) -> None:
+    def _insert(self, run_id: str, n_rows: int, n_done: int, *, replace_rows: bool, replace_done: bool) -> int:
+        """Insert the registered batch; return how many stored result rows the unkeyed replace path deleted."""
+        deleted = 0
         if n_rows:
             if replace_rows and not self._keyed_results:
-                self._con.execute(
+                (deleted,) = self._con.execute(
                     f"DELETE FROM results USING {_BATCH_VIEW} b WHERE results.run_id = $run_id AND "
                     "results.query_id = b.query_id AND results.trial = b.trial AND results.metric = b.metric",
                     {"run_id": run_id},
-                )
+                ).fetchone()
             verb = "INSERT OR REPLACE" if replace_rows and self._keyed_results else "INSERT"
             self._con.execute(
                 f"{verb} INTO results ({', '.join(RESULT_COLUMNS)}) "
@@ -559,6 +592,7 @@ class Store:
                 f"SELECT $run_id, query_id, trial, status, error, $now FROM {_DONE_VIEW}",
                 {"run_id": run_id, "now": _now()},
             )
+        return deleted
 
     def _rollback(self) -> None:
         try:
