@@ -9,7 +9,7 @@ import pytest
 from tests.analysis.test_stream_score import _random_file, _stored
 
 from ragassay.analysis.runner import load_inputs, score_traces_into_store
-from ragassay.analysis.stream import _prefetched, _Writer
+from ragassay.analysis.stream import BatchWriter, _prefetched
 from ragassay.store import Store
 
 
@@ -64,7 +64,7 @@ def test_writer_runs_jobs_in_order_on_one_thread_and_stops_at_the_first_failure(
             done.append(i)
         return run
 
-    w = _Writer(store=None)
+    w = BatchWriter(store=None)
     submitted = 0
     with pytest.raises(RuntimeError, match="disk full"):
         for i in range(10):

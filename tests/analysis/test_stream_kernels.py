@@ -296,7 +296,7 @@ def test_score_known_reuses_the_validation_codes_and_gives_the_rows_of_a_bare_ma
     from ragassay.analysis.demo import demo_config_dir
     from ragassay.analysis.runner import load_inputs
     from ragassay.analysis.scoring import Labels, ScoringOptions, _doc_lengths
-    from ragassay.analysis.stream import Structure, _Known, score_known
+    from ragassay.analysis.stream import KnownBatch, Structure, score_known
     from ragassay.pipeline import Pipeline
     from ragassay.trace import write_traces
     from ragassay.trace.sources import open_trace_batches
@@ -307,7 +307,7 @@ def test_score_known_reuses_the_validation_codes_and_gives_the_rows_of_a_bare_ma
     traces[0].fused[0].doc_id = "no-such-doc"
     path = write_traces(tmp_path / "t.jsonl", header, traces)
     reader = open_trace_batches(path, 4096)
-    part = _Known.of(next(iter(reader)), golden)
+    part = KnownBatch.of(next(iter(reader)), golden)
     check = validate_unit_columns(part.units, corpus, reader.lines)
     assert check.count >= 1 and "no-such-doc" in check.doc_ids
     assert [check.doc_ids[c] for c in check.doc_code] == list(part.units.doc_id)

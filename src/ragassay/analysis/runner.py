@@ -37,7 +37,7 @@ from ragassay.executors import LocalExecutor, PipelineWorkers, get_executor
 from ragassay.executors.local import BatchResult
 from ragassay.executors.shared import PipelineRecipe
 from ragassay.fsio import check_output_dir, make_dir, mark_output_dir
-from ragassay.golden import GOLDEN_FILE, GoldenSet, build_golden, bundled_golden_source, load_golden
+from ragassay.golden import GOLDEN_FILE, GoldenSet, bundled_golden_source, load_golden
 from ragassay.store import RunRecord, Store
 from ragassay.trace import RunHeader, Trace, TraceWriter, UnitCheck
 from ragassay.trace.schema import UnitColumns, validate_unit_columns
@@ -72,6 +72,8 @@ def load_inputs(corpus_path: str | Path | None, golden_path: str | Path | None,
             raise InputError(f"{src}: golden set was built against corpus {golden.manifest.get('corpus_digest')}, "
                              f"but the corpus given has digest {corpus.digest}; rebuild the golden set")
     else:
+        from ragassay.golden import build_golden  # the builder (rapidfuzz, resolution) only when building
+
         golden = build_golden(src, corpus, build_dir)
     return corpus, golden
 

@@ -466,7 +466,3 @@ class BatchWriter:
         self._thread.join()
         self._raise()
 
-
-# the former private names, still imported by tests/analysis (test_stream_kernels, test_score_overlap)
-_Known = KnownBatch
-_Writer = BatchWriter
