@@ -191,6 +191,11 @@ def score_dataset_file(index: int, path: str, corpus, golden: GoldenSet, options
                       structure, reader.problems, n_fail, examples, unknown, trials, reader.n_traces)
 
 
+def _owned(t: pa.Table) -> pa.Table:
+    """``t`` in buffers of its own (``take`` always allocates)."""
+    return t.take(pa.array(np.arange(t.num_rows, dtype=np.int64)))
+
+
 def _joined(t: pa.Table) -> pa.Array:
     joined = pc.binary_join_element_wise(t.column("query_id"), pc.cast(t.column("trial"), pa.string()), "\x00")
     return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
@@ -296,8 +301,10 @@ def _score_dataset(store, path: str, corpus, golden, opt, name, allow_pin_mismat
         structure.branches |= part.structure.branches
         for k in ("retrieval", "rerank", "generation", "outcome"):
             setattr(structure, k, getattr(structure, k) or getattr(part.structure, k))
-        seen_keys.append(part.keys)
-        ctx_parts.append(part.ctx)
+        # copies: a table fetched from the object store shares its buffers, which would keep the whole
+        # partition (its result rows too) pinned there for the rest of the run
+        seen_keys.append(_owned(part.keys))
+        ctx_parts.append(_owned(part.ctx))
         n_problems += len(part.problems)
         problems.extend(part.problems[:max(0, MAX_EXAMPLES - len(problems))])
         n_fail += part.unit_failures
