@@ -40,7 +40,8 @@ def _codes(table, name: str) -> tuple[np.ndarray, list[str]]:
     import pyarrow.compute as pc
 
     enc = pc.dictionary_encode(table.column(name)).combine_chunks()
-    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+    idx = enc.indices if enc.null_count == 0 else pc.fill_null(enc.indices, -1)  # a null has code -1
+    return idx.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
 
 
 def _group_means(codes: np.ndarray, values: np.ndarray, n_groups: int):
@@ -77,8 +78,14 @@ def run_summary(results) -> dict:
     strata = sorted(stratum_names)
     rank = np.argsort(np.argsort(np.asarray(stratum_names, dtype=object)))  # label -> sorted position
     n_s = len(stratum_names)
-    cell = m_codes * n_s + (rank[s_codes] if n_s else s_codes)
-    c_means, c_def, c_undef, c_all = _group_means(cell, values, len(metric_names) * n_s)
+    # a row without a stratum counts in its metric's mean and in no stratum's
+    has = s_codes >= 0
+    if not has.all():
+        m_cell, s_cell, v_cell = m_codes[has], s_codes[has], values[has]
+    else:
+        m_cell, s_cell, v_cell = m_codes, s_codes, values
+    cell = m_cell * n_s + (rank[s_cell] if n_s else s_cell)
+    c_means, c_def, c_undef, c_all = _group_means(cell, v_cell, len(metric_names) * n_s)
     per_stratum = [{"metric": m, "stratum": s, "mean": float(c_means[j * n_s + k]),
                     "n_defined": int(c_def[j * n_s + k]), "n_undefined": int(c_undef[j * n_s + k])}
                    for j, m in enumerate(metric_names) for k, s in enumerate(strata) if c_all[j * n_s + k]]
@@ -126,7 +133,8 @@ def stored_run_summary(store, run_id: str) -> dict:
         means, n_def, n_undef, _ = _group_means(np.zeros(len(values), dtype=np.int64), values, 1)
         per_metric[m] = (float(means[0]), int(n_def[0]), int(n_undef[0]))
         s_codes, s_names = _codes(t, "stratum")
-        c_means, c_def, c_undef, c_all = _group_means(s_codes, values, len(s_names))
+        has = s_codes >= 0
+        c_means, c_def, c_undef, c_all = _group_means(s_codes[has], values[has], len(s_names))
         per_cell[m] = {s: (float(c_means[k]), int(c_def[k]), int(c_undef[k]))
                        for k, s in enumerate(s_names) if c_all[k]}
         del t, values
