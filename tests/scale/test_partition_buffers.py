@@ -17,3 +17,22 @@ def test_owned_copies_every_buffer_and_keeps_the_values():
     assert own.equals(t)
     assert not (_addresses(own) & _addresses(t))
     assert _owned(t.slice(0, 0)).num_rows == 0
+
+
+def test_packed_rows_come_back_in_slices_equal_to_the_table():
+    import numpy as np
+
+    from ragassay.analysis import partitions
+
+    n = 2 * partitions.WRITE_ROWS + 5
+    t = pa.table({"query_id": pa.array([f"q{i % 997}" for i in range(n)]),
+                  "value": pa.array(np.where(np.arange(n) % 7 == 0, np.nan, np.arange(n) / n))})
+    blob = partitions.pack_rows(t)
+    batches = list(partitions.unpack_rows(blob))
+    assert [b.num_rows for b in batches] == [partitions.WRITE_ROWS, partitions.WRITE_ROWS, 5]
+    back = pa.Table.from_batches(batches)
+    assert back.column("query_id").to_pylist() == t.column("query_id").to_pylist()
+    assert np.array_equal(back.column("value").to_numpy(), t.column("value").to_numpy(), equal_nan=True)
+    assert len(blob) < t.nbytes * 0.75  # compressed (repeated ids; the doubles barely shrink)
+    empty = list(partitions.unpack_rows(partitions.pack_rows(t.slice(0, 0))))
+    assert len(empty) == 1 and empty[0].num_rows == 0 and empty[0].schema == t.schema

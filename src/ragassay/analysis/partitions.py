@@ -115,7 +115,7 @@ class ScoredFile:
     to finish the run's totals, without the traces."""
 
     index: int
-    results: pa.Table
+    results: bytes  # the rows as an Arrow IPC stream, compressed, in record batches of WRITE_ROWS rows
     done: list
     keys: pa.Table  # query_id, trial, line of every trace kept (any query): cross-file duplicates
     ctx: pa.Table  # query_id, trial, context_tokens of the kept traces of golden queries
@@ -181,7 +181,7 @@ def score_dataset_file(index: int, path: str, corpus, golden: GoldenSet, options
     lo, hi = reader.first_row[index], reader.first_row[index + 1]
     kept = [(k, ln) for k, ln in reader.lines.items() if lo < ln <= hi]
     results = pa.concat_tables(tables) if tables else rows_of(KnownBatch.empty(), UnitCheck())[0]
-    return ScoredFile(index, results, [d for _, done, _ in scored for d in done],
+    return ScoredFile(index, pack_rows(results), [d for _, done, _ in scored for d in done],
                       pa.table({"query_id": pa.array([k[0] for k, _ in kept], pa.string()),
                                 "trial": pa.array([k[1] for k, _ in kept], pa.int64()),
                                 "line": pa.array([ln for _, ln in kept], pa.int64())}),
@@ -189,6 +189,27 @@ def score_dataset_file(index: int, path: str, corpus, golden: GoldenSet, options
                                 "trial": pa.array([k[1] for k in ctx_keys], pa.int64()),
                                 "context_tokens": pa.array(ctx_vals, pa.float64())}),
                       structure, reader.problems, n_fail, examples, unknown, trials, reader.n_traces)
+
+
+def pack_rows(table: pa.Table) -> bytes:
+    """``table`` as a zstd-compressed Arrow IPC stream in record batches of :data:`WRITE_ROWS` rows: a
+    partition's rows take a fraction of the object store's room, and the driver holds one batch at a time."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
+        for batch in table.to_batches(max_chunksize=WRITE_ROWS):
+            w.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def unpack_rows(blob: bytes):
+    """The record batches of :func:`pack_rows`, decompressed one at a time; at least one (maybe empty)."""
+    reader = pa.ipc.open_stream(blob)
+    empty = True
+    for batch in reader:
+        empty = False
+        yield batch
+    if empty:
+        yield pa.RecordBatch.from_pylist([], schema=reader.schema)
 
 
 def _owned(t: pa.Table) -> pa.Table:
@@ -273,10 +294,12 @@ def _score_dataset(store, path: str, corpus, golden, opt, name, allow_pin_mismat
     def write(part: ScoredFile, force: bool = False) -> None:
         if not force and part.done and all((q, t) in done for q, t, _, _ in part.done):
             return
-        n = part.results.num_rows
-        for start in range(0, max(n, 1), WRITE_ROWS):
-            last = start + WRITE_ROWS >= n
-            store.write_batch(run_id, part.results.slice(start, WRITE_ROWS), done=part.done if last else ())
+        batches = unpack_rows(part.results)
+        batch = next(batches)
+        for following in batches:  # the done markers go with the last slice
+            store.write_batch(run_id, pa.Table.from_batches([batch]))
+            batch = following
+        store.write_batch(run_id, pa.Table.from_batches([batch]), done=part.done)
 
     structure = Structure()
     files = list(range(len(reader.files)))
@@ -320,23 +343,27 @@ def _score_dataset(store, path: str, corpus, golden, opt, name, allow_pin_mismat
                                       seen)), force=True)
     # golden keys without a trace, scored here as the reference scores them, and the run's totals
     trial_ids = sorted(trials) or [0]
+    # every golden (query, trial) as a position trial-major, as the reference orders them; the kept traces'
+    # context tokens placed by position in flat arrays (no million-row join on the driver)
     qids = [q.query_id for q in golden.queries]
-    keys = pa.table({"query_id": pa.array(qids * len(trial_ids), pa.string()),
-                     "trial": pa.array(np.repeat(np.asarray(trial_ids, dtype=np.int64), len(qids))),
-                     "pos": pa.array(np.arange(len(qids) * len(trial_ids), dtype=np.int64))})
-    ctx = pa.concat_tables(ctx_parts) if ctx_parts else pa.table(
-        {"query_id": pa.array([], pa.string()), "trial": pa.array([], pa.int64()),
-         "context_tokens": pa.array([], pa.float64())})
-    joined = keys.join(ctx.append_column("seen", pa.array(np.ones(len(ctx), dtype=bool))),
-                       ["query_id", "trial"], join_type="left outer").sort_by("pos")
-    have = joined.column("seen").is_valid().to_numpy(zero_copy_only=False)
-    ctx_all = pc.fill_null(joined.column("context_tokens"), math.nan).to_numpy(zero_copy_only=False).copy()
+    n_q = len(qids)
+    qpos = {q: i for i, q in enumerate(qids)}
+    tpos = {t: i for i, t in enumerate(trial_ids)}
+    ctx_all = np.full(n_q * len(trial_ids), math.nan)
+    have = np.zeros(n_q * len(trial_ids), dtype=bool)
+    for t in ctx_parts:
+        q_i = np.fromiter((qpos.get(q, -1) for q in t.column("query_id").to_pylist()), np.int64, t.num_rows)
+        t_i = np.fromiter((tpos.get(x, -1) for x in t.column("trial").to_pylist()), np.int64, t.num_rows)
+        ok = (q_i >= 0) & (t_i >= 0)
+        pos = t_i[ok] * n_q + q_i[ok]
+        have[pos] = True
+        ctx_all[pos] = t.column("context_tokens").to_numpy(zero_copy_only=False)[ok]
+    ctx_parts.clear()
     miss_pos = np.flatnonzero(~have)
     labels, final_k, doc_lengths = Labels(golden, opt), _final_k(header), _doc_lengths(corpus)
-    q_col, t_col = joined.column("query_id"), joined.column("trial")
     for start in range(0, len(miss_pos), batch_size):
         pos = miss_pos[start:start + batch_size]
-        rows = list(zip(q_col.take(pos).to_pylist(), t_col.take(pos).to_pylist(), strict=True))
+        rows = [(qids[p % n_q], trial_ids[p // n_q]) for p in pos.tolist()]
         table, ctx_tokens = score_known(golden, labels, KnownBatch.empty(), rows, np.full(len(rows), -1), structure,
                                         final_k, UnitCheck(), doc_lengths)
         if not all(k in done for k in rows):
