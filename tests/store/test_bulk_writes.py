@@ -199,3 +199,16 @@ def test_doctor_reports_the_stores_own_schema_version_not_the_newest(tmp_path):
     Store.open(new).close()
     assert store_checks(old)[0].detail == f"{old}: schema version 1, 1 run(s)"
     assert store_checks(new)[0].detail == f"{new}: schema version 2, 0 run(s)"
+
+
+def test_memory_limited_sets_duckdbs_limit_inside_the_block_and_restores_it(tmp_path):
+    with Store.open(tmp_path / "s.duckdb") as st:
+        setting = "SELECT current_setting('memory_limit')"
+        before = st.connection.execute(setting).fetchall()[0][0]
+        with st.memory_limited("300MB"):
+            inside = st.connection.execute(setting).fetchall()[0][0]
+        assert st.connection.execute(setting).fetchall()[0][0] == before
+        with pytest.raises(RuntimeError), st.memory_limited("300MB"):
+            raise RuntimeError("boom")
+        assert st.connection.execute(setting).fetchall()[0][0] == before
+    assert inside == "286.1 MiB"  # 300 MB as DuckDB prints it

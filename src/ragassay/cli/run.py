@@ -271,7 +271,7 @@ def score(
                          "given several at a time, one run each)")
     corp, gs = load_inputs(corpus, golden)
     opts = _options(gs, hit_rule, threshold, gain)
-    with Store.open(store) as st:
+    with Store.open(store) as st, st.memory_limited():
         if one:
             run_id, info = score_dataset_into_store(st, traces[0], corp, gs, options=opts, name=name,
                                                     allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size,

@@ -21,6 +21,7 @@ as NaN, so an undefined value is never confused with 0 and can always be counted
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -71,6 +72,8 @@ DEFAULT_PATH = "ragassay.duckdb"
 # checkpoint writes only the new row groups; 16 MB costs ~25% more). The WAL is replayed on the next open
 # after a crash, so the threshold changes no durability.
 _CHECKPOINT_THRESHOLD = "64MB"
+# DuckDB's memory limit while a whole trace set is scored into the store (Store.memory_limited)
+BULK_MEMORY_LIMIT = "512MB"
 _BATCH_VIEW = "_ragassay_batch"
 _DONE_VIEW = "_ragassay_done"
 
@@ -283,6 +286,17 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @contextlib.contextmanager
+    def memory_limited(self, limit: str = BULK_MEMORY_LIMIT):
+        """DuckDB's ``memory_limit`` set to ``limit`` inside the block, then back to DuckDB's default (the store
+        sets no other): bulk scoring and its summary at millions of rows stay bounded (DuckDB spills what does
+        not fit) instead of growing towards DuckDB's default of most of the machine's memory."""
+        self._con.execute(f"SET memory_limit = '{limit}'")
+        try:
+            yield self
+        finally:
+            self._con.execute("RESET memory_limit")
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
