@@ -32,7 +32,7 @@ class ScoredPartition:
     info: dict
 
 
-WRITE_ROWS = 262_144
+WRITE_ROWS = 122_880  # one DuckDB row group per write: the driver holds one such slice at a time
 
 
 def score_partition(path: str | Path, corpus, golden: GoldenSet, options: ScoringOptions | None, name: str | None,
