@@ -44,11 +44,28 @@ def connect(address: str | None = None) -> bool:
     if ray.is_initialized():
         return False
     if address:
+        _check_reachable(address)
         ray.init(address=address, log_to_driver=False)
     else:
         ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
                  object_store_memory=OBJECT_STORE_BYTES)
     return True
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Refuse a ``host:port`` no Ray head answers on, in seconds: Ray itself retries an unreachable head for
+    minutes. Other forms (``auto``, ``ray://...``) are left to Ray."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or "/" in address or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise InputError(f"--executor ray:{address}: no Ray cluster answers at {address} ({exc.strerror or exc}); "
+                         "start one with `ray start --head` and pass its address (host:6379), or use "
+                         "--executor ray for a new local cluster") from exc
 
 
 class _PipelineActor:
