@@ -265,7 +265,7 @@ def _score_dataset(store, path: str, corpus, golden, opt, name, allow_pin_mismat
         config_warnings,
     )
     from ragassay.analysis.scoring import Labels, _doc_lengths, _final_k
-    from ragassay.analysis.stream import MAX_EXAMPLES, RESUME_PINS, KnownBatch, Structure, score_known
+    from ragassay.analysis.stream import MAX_EXAMPLES, KnownBatch, Structure, check_resume_pins, score_known
     from ragassay.errors import InputError
     from ragassay.trace.parquet import ParquetTraceReader
     from ragassay.trace.schema import UnitCheck
@@ -280,9 +280,7 @@ def _score_dataset(store, path: str, corpus, golden, opt, name, allow_pin_mismat
     if resume:
         rec = store.get_run(resume)
         want = _record(rec.name, golden, corpus, config, sha, opt, rec.trials, f"traces:{path}")
-        if any(getattr(rec, k) != getattr(want, k) for k in RESUME_PINS):
-            raise InputError(f"run {rec.name} ({rec.run_id}) was scored from {rec.source.removeprefix('traces:')} "
-                             "with other pins; resume it with the same traces, golden set, corpus and options")
+        check_resume_pins(rec, want)
         run_id = rec.run_id
         done = store.resume_run(run_id)
     else:

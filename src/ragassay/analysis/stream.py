@@ -54,6 +54,13 @@ RESUME_PINS = ("source", "config_sha", "dataset_version", "corpus_digest", "metr
 MAX_EXAMPLES = 50
 
 
+def check_resume_pins(rec, want) -> None:
+    """Refuse to resume stored run ``rec`` when the run these inputs would create (``want``) differs in a pin."""
+    if any(getattr(rec, k) != getattr(want, k) for k in RESUME_PINS):
+        raise InputError(f"run {rec.name} ({rec.run_id}) was scored from {rec.source.removeprefix('traces:')} "
+                         "with other pins; resume it with the same traces, golden set, corpus and options")
+
+
 @dataclass
 class Structure:
     """What the traces of a run contain; it decides which metrics every row gets (see score_traces)."""
@@ -301,9 +308,7 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
         run_id = rec.run_id
         want = _record(rec.name, golden, corpus, config, header.config_sha if header else "", opt, rec.trials,
                        f"traces:{traces_path}")
-        if any(getattr(rec, k) != getattr(want, k) for k in RESUME_PINS):
-            raise InputError(f"run {rec.name} ({run_id}) was scored from {rec.source.removeprefix('traces:')} "
-                             f"with other pins; resume it with the same traces, golden set, corpus and options")
+        check_resume_pins(rec, want)
         done = store.resume_run(run_id)
     else:
         rec = _record(name or (header.run_name if header else Path(traces_path).stem), golden, corpus, config,
