@@ -385,17 +385,26 @@ def _validate(table: pa.Table, lines: list[tuple[int, bytes]], data: bytes) -> t
     return _build(table, col, lines, ok, sources, branch_names, branch_present, citations, durations, extra), ~ok
 
 
-def _citations(arr: pa.Array | None, rows: _Rows) -> list | None:
-    """Per row the Citation list (None for a row handed back), or None when no row has the key."""
-    n = len(rows.blobs)
+def _present(arr: pa.Array | None, rows: _Rows, name: str, is_kind) -> np.ndarray | None:
+    """The rows holding column ``name`` when Arrow typed it as ``is_kind`` expects; None when no row has it,
+    or when Arrow typed it otherwise (the rows holding it are then handed back to the slow path)."""
     if arr is None:
         return None
     present = _valid(arr)
-    rows.null_is_absent("citations", present)
+    rows.null_is_absent(name, present)
     if pa.types.is_null(arr.type):
         return None
-    if not pa.types.is_list(arr.type):
+    if not is_kind(arr.type):
         rows.slow |= present
+        return None
+    return present
+
+
+def _citations(arr: pa.Array | None, rows: _Rows) -> list | None:
+    """Per row the Citation list (None for a row handed back), or None when no row has the key."""
+    n = len(rows.blobs)
+    present = _present(arr, rows, "citations", pa.types.is_list)
+    if present is None:
         return None
     offsets = arr.offsets.to_numpy().astype(np.int64)
     values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
@@ -452,14 +461,8 @@ def _citations(arr: pa.Array | None, rows: _Rows) -> list | None:
 def _durations(arr: pa.Array | None, rows: _Rows) -> list[dict] | None:
     """Per row the durations_ms dict (keys in the piece's first-seen order), or None when no row has one."""
     n = len(rows.blobs)
-    if arr is None:
-        return None
-    present = _valid(arr)
-    rows.null_is_absent("durations_ms", present)
-    if pa.types.is_null(arr.type):
-        return None
-    if not pa.types.is_struct(arr.type):
-        rows.slow |= present
+    present = _present(arr, rows, "durations_ms", pa.types.is_struct)
+    if present is None:
         return None
     names, cols = [], []
     gaps = np.zeros(n, dtype=bool)
