@@ -271,7 +271,7 @@ def test_bad_lines_are_counted_with_their_lines_and_fail_unless_allowed(bundled,
     assert assert_dataset_holds(tmp_path / "b.parquet", jsonl)
     # the text report names file:line for the first ten and counts the rest
     code, out, err = cli(capsys, "convert", jsonl, tmp_path / "b2.parquet")
-    assert code == 1 and out == ""
+    assert code == 1 and out.startswith(f"wrote {len(plain.lines)} traces to {tmp_path / 'b2.parquet'} (1 file, ")
     for p in plain.problems[:10]:
         assert f"{jsonl}:{p.line}: {p.message}" in err
     assert f"... and {len(plain.problems) - 10} more" in err and "--allow-bad" in err
@@ -359,6 +359,10 @@ def test_an_existing_out_is_refused_unless_force(bundled, tmp_path, capsys):
     assert code == 2 and "--rows-per-file splits a directory dataset" in err
     code, _, err = cli(capsys, "convert", tmp_path / "missing.jsonl", tmp_path / "y.parquet")
     assert code == 2 and "trace file not found" in err and not (tmp_path / "y.parquet").exists()
+    code, _, err = cli(capsys, "convert", tmp_path / "olddir", tmp_path / "y.parquet")
+    assert code == 2 and "is a directory, not a trace file" in err and not (tmp_path / "y.parquet").exists()
+    code, _, err = cli(capsys, "convert", tmp_path / "old.parquet", tmp_path / "y.parquet")
+    assert code == 2 and "is already a Parquet trace dataset" in err and not (tmp_path / "y.parquet").exists()
     # nothing left behind by any of it
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 

@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
         Every line is validated as `score` validates it; the valid traces are written, and every line that
         is not (bad JSON, a schema failure, a duplicate (query_id, trial), ...) is counted and named with
         its line number: exit 1 when there is any, unless --allow-bad. OUT appears only when complete."""
-        from ragassay.cli.common import err_console, esc, print_json, progress
+        from ragassay.cli.common import console, err_console, esc, print_json, progress
         from ragassay.trace.convert import convert_jsonl_to_parquet
 
         size = traces.stat().st_size if traces.is_file() else 0
@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
         for w in summary.warnings:
             err_console.print(f"warning: {traces}:{w.line}: {w.message}", markup=False)
         n_files = len(summary.files)
-        err_console.print(
+        console.print(
             f"wrote {summary.traces:,} traces to {out} ({n_files} file{'s' if n_files != 1 else ''}, "
             f"{summary.bytes_written / 1e6:,.1f} MB) in {summary.seconds:.1f} s", markup=False)
         if bad:

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from ragassay.errors import InputError
 from ragassay.trace.io import Problem, TraceBatch, TraceBatchReader
-from ragassay.trace.parquet import CITATION_TYPE, HEADER_KEY, TRACE_SCHEMA, UNIT_TYPE
+from ragassay.trace.parquet import CITATION_TYPE, HEADER_KEY, TRACE_SCHEMA, UNIT_TYPE, is_parquet_source
 
 DEFAULT_ROWS_PER_FILE = 100_000
 DEFAULT_ROW_GROUP_SIZE = 8192
@@ -98,6 +98,8 @@ def convert_jsonl_to_parquet(source: str | Path, out: str | Path, *, rows_per_fi
     if single and rows_per_file is not None:
         raise InputError(f"{out}: ends in .parquet, so it is one file; --rows-per-file splits a directory "
                          "dataset: drop it, or give an OUT without the .parquet suffix")
+    if source.is_file() and is_parquet_source(source):
+        raise InputError(f"{source}: is already a Parquet trace dataset; `ragassay score` reads it as it is")
     reader = TraceBatchReader(source, batch_size)  # checks the source exists and is a file
     _check_out(source, out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
