@@ -129,3 +129,75 @@ def test_a_scoring_failure_stops_the_reader_and_writer_threads(tmp_path, monkeyp
         score_traces_into_store(st, path, corpus, golden, batch_size=16)
     alive = {t.name for t in threading.enumerate()}
     assert not alive & {"ragassay-trace-reader", "ragassay-store-writer"}
+
+
+def _wait_for(cond, timeout=10.0):
+    import time
+
+    end = time.monotonic() + timeout
+    while not cond() and time.monotonic() < end:
+        time.sleep(0.01)
+    return cond()
+
+
+def test_read_ahead_reads_early_batches_before_the_first_is_taken_then_keeps_two():
+    from ragassay.analysis.stream import ReadAhead
+
+    produced = []
+
+    def batches():
+        for i in range(100):
+            produced.append(i)
+            yield i
+
+    ahead = ReadAhead(batches, early=6)
+    try:
+        assert _wait_for(lambda: len(produced) == 6)
+        assert not _wait_for(lambda: len(produced) > 6, timeout=0.3)  # no further than ``early`` untaken
+        got = ahead.batches()
+        assert [next(got) for _ in range(5)] == [0, 1, 2, 3, 4]  # one left queued: room for one more
+        assert _wait_for(lambda: len(produced) == 7)
+        assert not _wait_for(lambda: len(produced) > 7, timeout=0.3)  # steady state: two ahead, no more
+        assert list(got) == list(range(5, 100))
+    finally:
+        ahead.close()
+    assert not any(t.name == "ragassay-trace-reader" for t in threading.enumerate())
+
+
+def test_trace_read_ahead_raises_an_open_error_where_batches_are_taken_and_closes(tmp_path):
+    from ragassay.analysis.stream import TraceReadAhead
+    from ragassay.errors import RagassayError
+
+    with TraceReadAhead(tmp_path / "missing.jsonl", 16) as ahead:  # no error yet: the inputs load first
+        with pytest.raises(RagassayError, match="missing.jsonl"):
+            next(ahead.batches())
+    assert not any(t.name == "ragassay-trace-reader" for t in threading.enumerate())
+
+
+def test_score_read_ahead_gives_the_rows_of_a_plain_score(tmp_path):
+    from ragassay.analysis.stream import TraceReadAhead, stream_score_into_store
+
+    corpus, golden = load_inputs(None, None)
+    path = _random_file(tmp_path / "r.jsonl", corpus, golden, 11)
+    with Store.open(tmp_path / "s.duckdb") as st:
+        plain_id, plain_info = score_traces_into_store(st, path, corpus, golden, batch_size=16)
+        ahead = TraceReadAhead(path, 16, early=4)
+        assert _wait_for(lambda: ahead.reader is not None and ahead.reader.n_traces > 0)  # read before scoring
+        early_id, early_info = stream_score_into_store(st, path, corpus, golden, batch_size=16, read_ahead=ahead)
+        assert early_info == plain_info
+        assert _stored(st, early_id)[:4] == _stored(st, plain_id)[:4]
+        with pytest.raises(ValueError, match="another source"):
+            stream_score_into_store(st, path, corpus, golden, batch_size=8, read_ahead=TraceReadAhead(path, 16))
+    assert not any(t.name == "ragassay-trace-reader" for t in threading.enumerate())
+
+
+def test_score_cli_with_a_bad_golden_set_reports_it_and_stops_the_read_ahead(tmp_path, capsys):
+    from ragassay.cli.app import main
+
+    corpus, golden = load_inputs(None, None)
+    path = _random_file(tmp_path / "r.jsonl", corpus, golden, 3)
+    with pytest.raises(SystemExit) as exc:
+        main(["score", str(path), "--golden", str(tmp_path / "nope"), "--store", str(tmp_path / "s.duckdb")])
+    assert exc.value.code == 2
+    assert "nope: no such golden-set source" in capsys.readouterr().err
+    assert not any(t.name == "ragassay-trace-reader" for t in threading.enumerate())

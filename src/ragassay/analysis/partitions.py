@@ -225,7 +225,7 @@ def _joined(t: pa.Table) -> pa.Array:
 def score_dataset_into_store(store, path: str | Path, corpus, golden: GoldenSet, *,
                              options: ScoringOptions | None = None, name: str | None = None,
                              allow_pin_mismatch: bool = False, batch_size: int = BATCH_TRACES, executor=None,
-                             resume: str | None = None, progress=None) -> tuple[str, dict]:
+                             resume: str | None = None, progress=None, read_ahead=None) -> tuple[str, dict]:
     """Score a Parquet trace dataset as one run; (run_id, import summary) as :func:`stream_score_into_store`.
 
     With the local executor this is :func:`stream_score_into_store` (the reference). Otherwise the dataset's
@@ -236,6 +236,7 @@ def score_dataset_into_store(store, path: str | Path, corpus, golden: GoldenSet,
     has are scored again with all of it (rows replaced), and golden keys without a trace are scored here
     at the end. ``resume`` (a run id) finishes a run whose driver died: files whose query status is
     complete are not written again. ``progress(files_done, files)`` is called after each file is stored.
+    ``read_ahead`` (local executor only) is a :class:`~ragassay.analysis.stream.TraceReadAhead` of ``path``.
     """
     from ragassay.executors import LocalExecutor, get_executor
 
@@ -245,7 +246,7 @@ def score_dataset_into_store(store, path: str | Path, corpus, golden: GoldenSet,
         if type(ex) is LocalExecutor:
             return stream_score_into_store(store, path, corpus, golden, options=options, name=name,
                                            allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size,
-                                           resume=resume)
+                                           resume=resume, read_ahead=read_ahead)
         return _score_dataset(store, str(path), corpus, golden, options or ScoringOptions(), name,
                               allow_pin_mismatch, batch_size, ex, resume, progress)
     finally:

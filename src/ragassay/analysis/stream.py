@@ -16,6 +16,7 @@ extras equal those of scoring the whole file at once (tested), including every p
 
 from __future__ import annotations
 
+import collections
 import itertools
 import queue
 import threading
@@ -277,9 +278,24 @@ def score_known(golden: GoldenSet, labels: Labels, part: KnownBatch, rows: list[
 def stream_score_into_store(store, traces_path: str | Path, corpus, golden: GoldenSet, *,
                             options: ScoringOptions | None = None, name: str | None = None,
                             allow_pin_mismatch: bool = False, batch_size: int = BATCH_TRACES,
-                            resume: str | None = None) -> tuple[str, dict]:
+                            resume: str | None = None, read_ahead: TraceReadAhead | None = None
+                            ) -> tuple[str, dict]:
     """Score a trace file into ``store`` batch by batch; returns (run_id, import summary). See the module
-    docstring; the arguments are those of :func:`ragassay.analysis.runner.score_traces_into_store`."""
+    docstring; the arguments are those of :func:`ragassay.analysis.runner.score_traces_into_store`.
+    ``read_ahead`` is the same source already being read (started before the inputs loaded)."""
+    opt = options or ScoringOptions()
+    labels = Labels(golden, opt)
+    if read_ahead is None:
+        read_ahead = TraceReadAhead(traces_path, batch_size, early=0)
+    with closing(read_ahead):
+        if (str(read_ahead.path), read_ahead.batch_size) != (str(traces_path), batch_size):
+            raise ValueError("read_ahead reads another source or batch size")
+        return _stream_score(store, traces_path, corpus, golden, opt, labels, name, allow_pin_mismatch, batch_size,
+                             resume, read_ahead)
+
+
+def _stream_score(store, traces_path, corpus, golden, opt, labels, name, allow_pin_mismatch, batch_size, resume,
+                  read_ahead: TraceReadAhead) -> tuple[str, dict]:
     from ragassay.analysis.runner import (
         _context_tokens_mean_of,
         _done_markers,
@@ -291,11 +307,9 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
     )
     from ragassay.analysis.scoring import _doc_lengths
 
-    opt = options or ScoringOptions()
-    labels = Labels(golden, opt)
-    reader = open_trace_batches(traces_path, batch_size)
-    batches = iter(reader)
+    batches = read_ahead.batches()
     first = next(batches, None)  # line 1 holds the header: the pins are known before anything is stored
+    reader = read_ahead.reader
     header = reader.header
     mismatch = _pin_mismatch(header, golden, corpus)
     if mismatch and not allow_pin_mismatch:
@@ -323,7 +337,7 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
     trials: set[int] = set()
     n_fail, examples = 0, []
 
-    lock = threading.Lock()  # the reader's batch state: the prefetch thread reads, replays happen here
+    lock = read_ahead.lock  # the reader's batch state: the read-ahead thread reads, replays happen here
     writer = BatchWriter(store)
 
     def write(part: KnownBatch, check: UnitCheck, skip_done: bool) -> tuple[list[tuple[str, int]], np.ndarray]:
@@ -358,9 +372,8 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
     # set and corpus would free nothing and grow with the run
     with gc_paused():
         try:
-            with closing(_prefetched(_chain(first, batches), lock)) as prefetched:  # a failure stops the reader
-                for batch in prefetched:
-                    _one_batch(batch)
+            for batch in _chain(first, batches):
+                _one_batch(batch)
         finally:
             writer.close()
     trial_ids = sorted(trials) or [0]
@@ -397,45 +410,115 @@ def _chain(first: TraceBatch | None, rest):
 
 
 _END = object()
+EARLY_BATCHES = 12  # batches read ahead while the golden set and corpus load (at 2,048 traces, ~10 MB each)
 
 
-def _prefetched(batches, lock: threading.Lock):
+def _prefetched(batches, lock: threading.Lock, early: int = 0):
     """``batches``, each read by a helper thread while the one before it is scored: Arrow's JSON parse and
-    DuckDB's writes release the GIL, so a second core does them beside the scoring. One batch is read
-    ahead (memory: two batches); ``lock`` is held while a batch is read, so a replay of an earlier batch
-    never runs beside it. Batches, and the reader's problems, come in file order as before."""
-    out: queue.Queue = queue.Queue(maxsize=1)
-    stop = threading.Event()
+    DuckDB's writes release the GIL, so a second core does them beside the scoring. See :class:`ReadAhead`."""
+    ahead = ReadAhead(lambda: batches, lock, early=early)
+    try:
+        yield from ahead.batches()
+    finally:
+        ahead.close()
 
-    def read() -> None:
+
+class ReadAhead:
+    """Batches from ``open_batches()`` (an iterable), read on a helper thread from the moment this is made.
+
+    Until the first batch is taken up to ``early`` batches are read ahead, so a reader started before the
+    golden set and corpus load parses the file beside them; after it, two (memory: the batch being scored
+    plus two). ``lock`` is held while a batch is read, so a replay of an earlier batch never runs beside
+    it. Batches come in file order; an error raised while opening or reading is raised by
+    :meth:`batches` after the batches before it. :meth:`close` stops the thread (the consumer stopped, or
+    failed before taking anything)."""
+
+    STEADY = 2
+
+    def __init__(self, open_batches, lock: threading.Lock | None = None, *, early: int = 0) -> None:
+        self.lock = lock or threading.Lock()
+        self._cond = threading.Condition()
+        self._items: collections.deque = collections.deque()
+        self._early = max(early, self.STEADY)
+        self._taken = self._stop = False
+        self._thread = threading.Thread(target=self._read, args=(open_batches,), name="ragassay-trace-reader",
+                                        daemon=True)
+        self._thread.start()
+
+    def _room(self) -> bool:
+        return self._stop or len(self._items) < (self.STEADY if self._taken else self._early)
+
+    def _put(self, item) -> None:
+        with self._cond:
+            self._items.append(item)
+            self._cond.notify_all()
+
+    def _read(self, open_batches) -> None:
         try:
-            while not stop.is_set():
-                with lock:
+            with self.lock:
+                batches = iter(open_batches())
+            while True:
+                with self._cond:
+                    self._cond.wait_for(self._room)
+                    if self._stop:
+                        return
+                with self.lock:
                     batch = next(batches, _END)
-                out.put((batch, None))
+                self._put((batch, None))
                 if batch is _END:
                     return
         except BaseException as exc:  # handed to the consumer, which raises it in its own thread
-            out.put((_END, exc))
+            self._put((_END, exc))
 
-    thread = threading.Thread(target=read, name="ragassay-trace-reader", daemon=True)
-    thread.start()
-    try:
+    def batches(self):
         while True:
-            batch, exc = out.get()
+            with self._cond:
+                self._cond.wait_for(lambda: self._items)
+                batch, exc = self._items.popleft()
+                self._taken = True
+                self._cond.notify_all()
             if exc is not None:
                 raise exc
             if batch is _END:
                 return
             yield batch
-    finally:
-        stop.set()
-        while thread.is_alive():  # unblock a reader waiting to hand over a batch nobody will take
-            try:
-                out.get(timeout=0.05)
-            except queue.Empty:
-                pass
-        thread.join()
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._items.clear()
+            self._cond.notify_all()
+        self._thread.join()
+
+
+class TraceReadAhead:
+    """The trace source at ``path`` (:func:`open_trace_batches`), opened and read on a helper thread from the
+    moment this is made: ``score`` starts it before loading the golden set and corpus, so the file is
+    parsed (largely outside the GIL) beside that work. Hand it to :func:`stream_score_into_store`, which
+    closes it; a caller that fails before then closes it itself (``with`` or :meth:`close`). An error
+    opening or reading the source is raised where the batches are taken, after the inputs' own errors."""
+
+    def __init__(self, path: str | Path, batch_size: int = BATCH_TRACES, *, early: int = EARLY_BATCHES) -> None:
+        self.path, self.batch_size = path, batch_size
+        self.reader = None
+
+        def open_batches():
+            self.reader = open_trace_batches(path, batch_size)
+            return self.reader
+        self._ahead = ReadAhead(open_batches, early=early)
+        self.lock = self._ahead.lock
+
+    def batches(self):
+        return self._ahead.batches()
+
+    def close(self) -> None:
+        self._ahead.close()
+
+    def __enter__(self) -> TraceReadAhead:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class BatchWriter:

@@ -269,6 +269,19 @@ def score(
     if len(traces) > 1 and any(is_parquet_source(p) for p in traces):
         raise InputError("a Parquet trace dataset is one run: pass its directory alone (JSONL files may be "
                          "given several at a time, one run each)")
+    if one and executor == "local":
+        from ragassay.analysis.stream import TraceReadAhead
+
+        # the file is read (largely outside the GIL) while the golden set and corpus load
+        with TraceReadAhead(traces[0], batch_size) as ahead:
+            corp, gs = load_inputs(corpus, golden)
+            opts = _options(gs, hit_rule, threshold, gain)
+            with Store.open(store) as st, st.memory_limited():
+                run_id, info = score_dataset_into_store(st, traces[0], corp, gs, options=opts, name=name,
+                                                        allow_pin_mismatch=allow_pin_mismatch,
+                                                        batch_size=batch_size, resume=resume, read_ahead=ahead)
+                _report(st, run_id, info, store, json_out)
+        return
     corp, gs = load_inputs(corpus, golden)
     opts = _options(gs, hit_rule, threshold, gain)
     with Store.open(store) as st, st.memory_limited():

@@ -8,6 +8,7 @@ returned as a :class:`Problem` with its 1-based line number, and strict mode rai
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import math
 import os
@@ -495,25 +496,19 @@ class TraceBatchReader:
 
     def _open(self):
         try:
-            return self.path.open("rb")
+            return self.path.open("rb", buffering=1 << 22)  # 4 MB: readline of long lines is 3x cheaper
         except OSError as exc:
             raise SchemaError(f"{self.path}: cannot read the trace file ({exc.strerror}); check its "
                               "permissions") from exc
 
     def __iter__(self) -> Iterator[TraceBatch]:
         with self._open() as fh:
-            pending: list[tuple[int, bytes]] = []
-            offset = first = 0
-            for lineno, blob in enumerate(fh, start=1):
-                if not pending:
-                    first = offset
-                pending.append((lineno, blob))
-                offset += len(blob)
-                if len(pending) >= self.batch_size:
-                    yield self._batch(pending, (first, offset, pending[0][0]), replay=False)
-                    pending = []
-            if pending:
-                yield self._batch(pending, (first, offset, pending[0][0]), replay=False)
+            offset, lineno = 0, 1
+            while blobs := list(itertools.islice(fh, self.batch_size)):  # the lines of a batch, read in C
+                end = offset + sum(map(len, blobs))
+                pending = list(zip(range(lineno, lineno + len(blobs)), blobs, strict=True))
+                yield self._batch(pending, (offset, end, lineno), replay=False)
+                offset, lineno = end, lineno + len(blobs)
         if self.header is None and not self._header_reported and self.n_records:
             self.problems.insert(0, Problem(1, "no header record on line 1; run pins are unknown"))
 
