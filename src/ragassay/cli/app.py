@@ -58,6 +58,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                            "ablations, latency, consistency, attribution, attacks, hygiene."),
     "import": ("imports", "Import a BEIR dataset (corpus + golden set), OpenTelemetry spans, RAGAS rows or a "
                           "TREC run (traces)."),
+    "convert": ("convert", "Convert a JSONL trace file to a Parquet trace dataset, streaming, with every bad "
+                           "line counted and named."),
     "doctor": ("doctor", "Check the environment, the store, and a golden set's pins: PASS / WARN / FAIL "
                          "with a fix each."),
 }
