@@ -140,13 +140,20 @@ def resampled_sums(rng: np.random.Generator, s: np.ndarray, rows: int) -> np.nda
     Values that are not integers (or too large to sum exactly) fall back to ``W @ s``."""
     s = np.asarray(s, dtype=np.float64)
     k = s.shape[0]
-    draws = _draw(rng, k, rows)
     exact = np.array_equal(s, np.rint(s)) and k * (np.abs(s).max(initial=0.0)) <= 2.0**52
     kernel = _kernel(rows * k) if exact else None
+    state = _pcg64_state(rng) if kernel is not None and k >= 2 else None
+    if state is not None:
+        # the compiled pass draws from the generator's own stream: no draw array at all
+        out = np.empty((rows, s.shape[1]), dtype=np.float64)
+        kernel.pcg64_resampled_totals(state, np.ascontiguousarray(s.T), out)
+        _set_pcg64_state(rng, state)
+        return out
+    draws = _draw(rng, k, rows)
     if kernel is None:
         return _counts_from_draws(draws, k) @ s
     out = np.empty((rows, s.shape[1]), dtype=np.float64)
-    kernel(draws, np.ascontiguousarray(s.T), out)
+    kernel.resampled_totals(draws, np.ascontiguousarray(s.T), out)
     return out
 
 
@@ -157,18 +164,41 @@ _KERNEL = None
 
 
 def _kernel(n_draws: int):
-    """The compiled totals function, or None for the numpy path (both give the same values)."""
+    """The compiled module (:mod:`ragassay.stats._resample_kernel`), or None for the numpy path (both give
+    the same values)."""
     global _KERNEL
     setting = os.environ.get("RAGASSAY_JIT", "auto")
     if setting == "0" or (setting != "1" and _KERNEL is None and n_draws < _JIT_DRAWS):
         return None
     if _KERNEL is None:
         try:
-            from ragassay.stats._resample_kernel import resampled_totals
+            from ragassay.stats import _resample_kernel
         except Exception:  # numba missing, broken, or unable to cache here: the numpy path gives the same values
             return None
-        _KERNEL = resampled_totals
+        _KERNEL = _resample_kernel
     return _KERNEL
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def _pcg64_state(rng: np.random.Generator) -> np.ndarray | None:
+    """The generator's PCG64 state as the compiled draws take it (uint64: state high, low, increment high,
+    low, has_uint32, uinteger), or None when its bit generator is another kind (the numpy draws serve it)."""
+    bg = rng.bit_generator
+    if type(bg) is not np.random.PCG64:
+        return None
+    st = bg.state
+    state, inc = st["state"]["state"], st["state"]["inc"]
+    return np.array([state >> 64, state & _MASK64, inc >> 64, inc & _MASK64, st["has_uint32"], st["uinteger"]],
+                    dtype=np.uint64)
+
+
+def _set_pcg64_state(rng: np.random.Generator, a: np.ndarray) -> None:
+    """Advance the generator to the state the compiled draws left in ``a``, as numpy's own draws would have."""
+    rng.bit_generator.state = {"bit_generator": "PCG64",
+                               "state": {"state": (int(a[0]) << 64) | int(a[1]), "inc": (int(a[2]) << 64) | int(a[3])},
+                               "has_uint32": int(a[4]), "uinteger": int(a[5])}
 
 
 def _counts_from_draws(draws: np.ndarray, k: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -208,9 +238,11 @@ def _boot_centered(
     """Resampled (mean - observed mean) for each column of the centered unit sums ``s``.
 
     ``s`` is (k, m) float64 with column sums zero, ``c`` is (k,) integer unit sizes; returns (R, m) float64.
-    The products are exact (:func:`_exact_grid`). One helper thread draws the next chunk's integers (numpy
-    releases the GIL there) while this thread counts and multiplies; the generator is consumed in order, so
-    results do not depend on timing, chunk size, thread count or the CPU's BLAS kernels.
+    The products are exact (:func:`_exact_grid`). Compiled, one pass draws, counts and multiplies
+    (:func:`ragassay.stats._resample_kernel.pcg64_resampled_totals`, numpy's draws exactly); otherwise one
+    helper thread draws the next chunk's integers (numpy releases the GIL there) while this thread counts and
+    multiplies. Either way the generator is consumed in order, so results do not depend on timing, chunk
+    size, thread count or the CPU's BLAS kernels.
     """
     k, m = s.shape
     s, scale = _exact_grid(s)
@@ -219,11 +251,24 @@ def _boot_centered(
     starts = list(range(0, n_resamples, rows))
     unit_sizes_equal = bool(np.all(c == c[0]))
     kernel = _kernel(n_resamples * k)
+    state = _pcg64_state(rng) if kernel is not None else None
     if kernel is not None:
         # the unit sizes (integers) ride along as one more column, so the denominators are exact sums too
         columns = np.ascontiguousarray(s.T if unit_sizes_equal else np.column_stack([s, c]).T)
         totals = np.empty((min(rows, n_resamples), columns.shape[0]), dtype=np.float64)
-    else:
+    if state is not None:
+        # drawn and counted in one compiled pass, on this thread, from the generator's own stream; no draw
+        # arrays, so the chunk is only the (chunk_size, m) totals
+        totals = np.empty((min(chunk_size, n_resamples), columns.shape[0]), dtype=np.float64)
+        for start in range(0, n_resamples, chunk_size):
+            t = totals[: min(chunk_size, n_resamples - start)]
+            kernel.pcg64_resampled_totals(state, columns, t)
+            num = t[:, :m] / scale
+            den = float(k * c[0]) if unit_sizes_equal else t[:, m:]
+            out[start : start + t.shape[0]] = num / den
+        _set_pcg64_state(rng, state)
+        return out
+    if kernel is None:
         buffer = np.empty((min(rows, n_resamples), k), dtype=np.float64)
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = pool.submit(_draw, rng, k, min(rows, n_resamples))
@@ -235,7 +280,7 @@ def _boot_centered(
             n_rows = draws.shape[0]
             if kernel is not None:
                 t = totals[:n_rows]
-                kernel(draws, columns, t)  # releases the GIL: the next chunk is drawn meanwhile
+                kernel.resampled_totals(draws, columns, t)  # releases the GIL: the next chunk is drawn meanwhile
                 num = t[:, :m] / scale
                 den = float(k * c[0]) if unit_sizes_equal else t[:, m:]
             else:
@@ -360,6 +405,7 @@ def bootstrap_deltas(
     groups: dict[bytes, list[int]] = {}
     for j in range(m):
         groups.setdefault(np.packbits(valid[:, j]).tobytes(), []).append(j)
+    jobs = []  # (columns, observed means, centered unit sums, unit sizes) of each group that is resampled
     for col_list in groups.values():
         cols = np.asarray(col_list)
         rows = np.flatnonzero(valid[:, cols[0]])
@@ -388,8 +434,20 @@ def bootstrap_deltas(
             for j in cols:
                 reasons[j] = f"only one {unit} with a value: no variability to resample; need at least 2"
             continue
-        rng = np.random.default_rng(seed_seq)
-        boots = _boot_centered(np.asarray(s, dtype=np.float64), c, n_resamples, rng, chunk_size)
+        jobs.append((cols, mean, np.asarray(s, dtype=np.float64), c))
+
+    def resample(job):
+        # each group draws from its own generator of the same seed, so groups are independent of each other
+        return _boot_centered(job[2], job[3], n_resamples, np.random.default_rng(seed_seq), chunk_size)
+
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers > 1 and all(_kernel(n_resamples * job[2].shape[0]) is not None for job in jobs):
+        # the compiled passes release the GIL and hold no draw arrays: the groups run side by side
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            resampled = list(pool.map(resample, jobs))
+    else:
+        resampled = [resample(job) for job in jobs]
+    for (cols, mean, s, c), boots in zip(jobs, resampled, strict=True):
         accel = _jackknife_accel(s, c) if method == "bca" else None
         glo, ghi = _intervals(boots, np.zeros(cols.size), accel, confidence)
         lo[cols] = glo + mean
