@@ -251,3 +251,49 @@ def test_arrow_path_hands_back_what_it_cannot_check(bad):
 
     assert _arrow_columns(*cand()) is not None
     assert _arrow_columns(*cand(**bad)) is None
+
+
+def test_batch_reader_parses_ahead_on_threads_in_order_and_stops_them_when_closed(tmp_path, monkeypatch):
+    import threading
+
+    import ragassay.trace.io as tio
+
+    path = tmp_path / "t.jsonl"
+    write_traces(path, _header(), [_trace(f"q{i}") for i in range(40)])
+    seen = []
+    real = tio._read_fast
+
+    def spy(pending):
+        seen.append((threading.current_thread().name, pending[0][0]))
+        return real(pending)
+
+    monkeypatch.setattr(tio, "_read_fast", spy)
+    reader = tio.TraceBatchReader(path, 4)
+    got = [m.query_id for b in reader for m in b.traces]
+    assert got == [f"q{i}" for i in range(40)]  # file order, whatever thread parsed a batch
+    assert sorted(first for _, first in seen) == list(range(1, 42, 4))
+    assert {name.split("_")[0] for name, _ in seen} == {"ragassay-parse"}
+    batches = iter(tio.TraceBatchReader(path, 4))
+    next(batches)
+    batches.close()  # a consumer that stops: the parse threads end with it
+    assert not any(t.name.startswith("ragassay-parse") for t in threading.enumerate())
+
+
+def test_a_failed_parse_is_raised_after_the_batches_before_it(tmp_path, monkeypatch):
+    import ragassay.trace.io as tio
+
+    path = tmp_path / "t.jsonl"
+    write_traces(path, _header(), [_trace(f"q{i}") for i in range(20)])
+    real = tio._read_fast
+
+    def failing(pending):
+        if pending[0][0] == 9:
+            raise MemoryError("batch 3")
+        return real(pending)
+
+    monkeypatch.setattr(tio, "_read_fast", failing)
+    got = []
+    with pytest.raises(MemoryError, match="batch 3"):
+        for b in tio.TraceBatchReader(path, 4):
+            got.extend(m.query_id for m in b.traces)
+    assert got == [f"q{i}" for i in range(7)]  # lines 2-8: the two batches before the failing one

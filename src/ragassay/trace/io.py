@@ -7,6 +7,7 @@ returned as a :class:`Problem` with its 1-based line number, and strict mode rai
 
 from __future__ import annotations
 
+import collections
 import gc
 import itertools
 import json
@@ -14,6 +15,7 @@ import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
@@ -466,6 +468,24 @@ def _arrow_columns(cands: list[tuple[int, dict, Trace]],
     return units, owner_arr, pc.fill_null(tokens.cast(pa.float64()), math.nan).to_numpy(zero_copy_only=False)
 
 
+PARSE_THREADS = 2  # batches parsed at once ahead of the one being finished
+
+
+def _read_fast(pending: list[tuple[int, bytes]]) -> tuple[Part, list[tuple[int, bytes]]]:
+    """:func:`read_lines` of a batch's lines, with line 1 (the header, perhaps behind a byte-order mark)
+    always handed back: it is read the slow way. Touches no reader state, so it runs on any thread."""
+    was_enabled = gc.isenabled()
+    gc.disable()  # millions of acyclic objects: generation scans would free nothing
+    try:
+        fast, rest = read_lines([lb for lb in pending if lb[0] != 1])
+    finally:
+        if was_enabled:
+            gc.enable()
+    if pending and pending[0][0] == 1:
+        rest.insert(0, pending[0])
+    return fast, rest
+
+
 class TraceBatchReader:
     """Read a trace file in batches of columns: the problems, header and line map of :class:`TraceReader`,
     record for record, at a fraction of its cost.
@@ -502,13 +522,23 @@ class TraceBatchReader:
                               "permissions") from exc
 
     def __iter__(self) -> Iterator[TraceBatch]:
-        with self._open() as fh:
+        with self._open() as fh, ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="ragassay-parse") as pool:
+            # Arrow's parse releases the GIL: the next batches are parsed on other threads (two cores' worth)
+            # while this one is finished here, in file order, where all the reader's state changes
+            ahead: collections.deque = collections.deque()
             offset, lineno = 0, 1
-            while blobs := list(itertools.islice(fh, self.batch_size)):  # the lines of a batch, read in C
-                end = offset + sum(map(len, blobs))
-                pending = list(zip(range(lineno, lineno + len(blobs)), blobs, strict=True))
-                yield self._batch(pending, (offset, end, lineno), replay=False)
-                offset, lineno = end, lineno + len(blobs)
+            while True:
+                blobs = list(itertools.islice(fh, self.batch_size))  # the lines of a batch, read in C
+                if blobs:
+                    end = offset + sum(map(len, blobs))
+                    pending = list(zip(range(lineno, lineno + len(blobs)), blobs, strict=True))
+                    ahead.append((pending, (offset, end, lineno), pool.submit(_read_fast, pending)))
+                    offset, lineno = end, lineno + len(blobs)
+                if ahead and (not blobs or len(ahead) > PARSE_THREADS):
+                    pending, span, parsed = ahead.popleft()
+                    yield self._batch(pending, span, replay=False, parsed=parsed.result())
+                elif not blobs:
+                    break
         if self.header is None and not self._header_reported and self.n_records:
             self.problems.insert(0, Problem(1, "no header record on line 1; run pins are unknown"))
 
@@ -520,17 +550,15 @@ class TraceBatchReader:
         blobs = data.splitlines(keepends=True)
         return self._batch([(span[2] + i, b) for i, b in enumerate(blobs)], span, replay=True)
 
-    def _batch(self, pending: list[tuple[int, bytes]], span: tuple[int, int, int], replay: bool) -> TraceBatch:
+    def _batch(self, pending: list[tuple[int, bytes]], span: tuple[int, int, int], replay: bool,
+               parsed: tuple[Part, list[tuple[int, bytes]]] | None = None) -> TraceBatch:
         problems: list[Problem] = []
         blobs = dict(pending)
         self._coerced = set()
         was_enabled = gc.isenabled()
         gc.disable()  # parsing allocates millions of acyclic objects; generation scans would free nothing
         try:
-            # line 1 (the header, perhaps behind a byte-order mark) is always read the slow way
-            fast, rest = read_lines([lb for lb in pending if lb[0] != 1])
-            if pending and pending[0][0] == 1:
-                rest.insert(0, pending[0])
+            fast, rest = parsed if parsed is not None else _read_fast(pending)
             if not replay:
                 self.n_records += len(fast.traces)
             cands = self._records(rest, problems, blobs, replay)
