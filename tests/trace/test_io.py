@@ -297,3 +297,17 @@ def test_a_failed_parse_is_raised_after_the_batches_before_it(tmp_path, monkeypa
         for b in tio.TraceBatchReader(path, 4):
             got.extend(m.query_id for m in b.traces)
     assert got == [f"q{i}" for i in range(7)]  # lines 2-8: the two batches before the failing one
+
+
+@pytest.mark.parametrize("value", [2**70, -(2**70), 2**64, 18446744073709551615])
+def test_an_integer_wider_than_64_bits_in_meta_stays_an_int_in_both_readers(tmp_path, value):
+    from ragassay.trace.io import TraceBatchReader, TraceReader
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"type": "header", "run_name": "r"}) + "\n"
+                    + json.dumps({"type": "trace", "trace_id": "t", "query_id": "a", "meta": {"n": value}}) + "\n"
+                    + json.dumps({"type": "trace", "trace_id": "u", "query_id": "b", "meta": {"n": 1}}) + "\n")
+    (plain,) = [t for t in TraceReader(path) if t.query_id == "a"]
+    (fast,) = [t for b in TraceBatchReader(path, 8) for t in b.traces if t.query_id == "a"]
+    assert plain.meta == fast.meta == {"n": value}
+    assert type(fast.meta["n"]) is int

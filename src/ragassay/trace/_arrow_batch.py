@@ -49,6 +49,9 @@ _OUTCOMES = ("answered", "abstained", "refused", "error")
 # a colon. Every key with an escape matches (at its last escape); a value never does unless it contains an
 # escaped quote, which only costs that line the slow path.
 _ESCAPED_KEY = re.compile(rb'\\.(?:[^"\\]|\\.)*"\s*:')
+# orjson reads an integer literal wider than 64 bits as a float, where the json module keeps the int: a
+# line with a run of 20 digits (in a number or not) is left to the json module.
+LONG_INT = re.compile(rb"\d{20}")
 # Arrow's type inference is quadratic in nesting depth (a 5,000-deep meta takes seconds); the json module
 # stops near 1,000 and traces nest a few levels, so deeper lines go the slow way.
 _MAX_DEPTH = 256
@@ -372,6 +375,9 @@ def _validate(table: pa.Table, lines: list[tuple[int, bytes]], data: bytes) -> t
     looked = (~rows.slow) & ((n_branches > 1) | meta_present)
     extra: dict[int, dict] = {}
     for i in np.flatnonzero(looked):
+        if LONG_INT.search(rows.blobs[i]) is not None:
+            rows.slow[i] = True
+            continue
         try:
             rec = orjson.loads(rows.blobs[i])
         except orjson.JSONDecodeError:

@@ -30,7 +30,7 @@ import pyarrow.json as pj
 from pydantic import ValidationError
 
 from ragassay.errors import SchemaError
-from ragassay.trace._arrow_batch import Part, concat_parts, read_lines, select
+from ragassay.trace._arrow_batch import LONG_INT, Part, concat_parts, read_lines, select
 from ragassay.trace.schema import RunHeader, Trace, Unit, UnitColumns
 
 
@@ -600,6 +600,8 @@ class TraceBatchReader:
         cands: list[tuple[int, dict, Trace]] = []
         for lineno, blob in lines:
             try:
+                if LONG_INT.search(blob) is not None:
+                    raise orjson.JSONDecodeError("an integer may be wider than orjson keeps", "", 0)
                 rec = orjson.loads(blob)
                 counted = True
             except orjson.JSONDecodeError:
