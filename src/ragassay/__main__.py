@@ -1,6 +1,6 @@
 """``python -m ragassay ...``: the same command line as the ``ragassay`` script."""
 
-from ragassay.cli.app import main
+from ragassay.cli.app import console_main
 
 if __name__ == "__main__":
-    main()
+    console_main()
