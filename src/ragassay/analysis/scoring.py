@@ -114,13 +114,14 @@ class Labels:
         ev_query = idx.key // idx.n_docs
         self.n_rel_by_query = np.bincount(ev_query[self.relevant_ev],
                                           minlength=len(golden.queries)).astype(np.float64)
-        self.judged_by_query = {q.query_id: sorted((e.grade for e in q.evidence), reverse=True)
-                                for q in golden.queries}
-        judged = [self.judged_by_query[q.query_id] for q in golden.queries]
-        self._judged_counts = np.fromiter(map(len, judged), dtype=np.int64, count=len(judged))
-        self._judged = _judged_matrix(judged)
-        self.stratum = pa.array([q.stratum for q in golden.queries], pa.string())
+        self._judged_counts, self._judged = _judged_by_query(idx)
+        self.stratum = pa.array(list(map(attrgetter("stratum"), golden.queries)), pa.string())
         self._answers: _References | None = None
+
+    @property
+    def judged_by_query(self) -> dict[str, list[int]]:
+        """Each query's labelled grades, descending (a repeated id: its last query's)."""
+        return {q.query_id: sorted((e.grade for e in q.evidence), reverse=True) for q in self.golden.queries}
 
     def judged_matrix(self, query_codes: np.ndarray) -> np.ndarray:
         """Each row's labelled grades, descending, NaN-padded to the widest of these rows (at least 1)."""
@@ -377,6 +378,23 @@ def rerank_rows(fused: _Tap, final: _Tap, final_k: int, relevant_ev: np.ndarray,
     for name, mask in (("rerank_rescued", post_hit & ~pre_hit), ("rerank_broke", pre_hit & ~post_hit),
                        ("rerank_kept", pre_hit & post_hit), ("rerank_missed_both", ~pre_hit & ~post_hit)):
         yield name, np.where(defined, mask.astype(np.float64), np.nan)
+
+
+def _judged_by_query(idx: EvidenceIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Per golden query, the count of its labelled grades and the :func:`_judged_matrix` row of them
+    (descending, NaN-padded), from the evidence index's arrays in golden-set order; a repeated query id
+    gets the grades of its last query, as a dict by id would give."""
+    counts, grades = idx.evidence_counts, idx.grades_in_order
+    owner = np.repeat(np.arange(len(counts)), counts)
+    order = np.lexsort((-grades, owner))
+    flat = grades[order].astype(np.float64)
+    out = np.full((len(counts), int(counts.max(initial=0)) or 1), np.nan)
+    out[owner, np.arange(len(flat)) - np.repeat(np.cumsum(counts) - counts, counts)] = flat
+    code = idx.query_code_of
+    if not np.array_equal(code, np.arange(len(code))):
+        counts = counts[code]
+        out = out[code, :int(counts.max(initial=0)) or 1]
+    return counts, out
 
 
 def _judged_matrix(judged_lists: Sequence[Sequence[int]]) -> np.ndarray:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -52,23 +54,37 @@ class EvidenceIndex:
     """All evidence spans of a golden set as arrays sorted by (query, doc, start)."""
 
     def __init__(self, golden: GoldenSet):
-        self.query_codes = {q.query_id: i for i, q in enumerate(golden.queries)}
-        doc_ids = sorted({e.doc_id for q in golden.queries for e in q.evidence})
+        queries = golden.queries
+        self.query_codes = {q.query_id: i for i, q in enumerate(queries)}
+        # per query its code (a repeated id has its last position's), per evidence its query's code: the
+        # attributes are gathered by getters mapped over the objects (loops in C), the rest is arrays
+        code = np.fromiter(map(self.query_codes.__getitem__, map(attrgetter("query_id"), queries)),
+                           dtype=np.int64, count=len(queries))
+        per_query = list(map(attrgetter("evidence"), queries))
+        counts = np.fromiter(map(len, per_query), dtype=np.int64, count=len(queries))
+        flat = list(chain.from_iterable(per_query))
+        n = len(flat)
+        doc = list(map(attrgetter("doc_id"), flat))
+        doc_ids = sorted(set(doc))
         self.doc_codes = {d: i for i, d in enumerate(doc_ids)}
         self.n_docs = max(len(doc_ids), 1)
-        rows = [(self.query_codes[q.query_id], self.doc_codes[e.doc_id], e.start, e.end, e.grade)
-                for q in golden.queries for e in q.evidence]
-        arr = np.asarray(rows, dtype=np.int64).reshape(-1, 5)
-        key = arr[:, 0] * self.n_docs + arr[:, 1]
-        order = np.lexsort((arr[:, 2], key))
+        grade = np.fromiter(map(attrgetter("grade"), flat), dtype=np.int64, count=n)
+        key = np.repeat(code, counts) * self.n_docs + np.fromiter(map(self.doc_codes.__getitem__, doc),
+                                                                  dtype=np.int64, count=n)
+        start = np.fromiter(map(attrgetter("start"), flat), dtype=np.int64, count=n)
+        end = np.fromiter(map(attrgetter("end"), flat), dtype=np.int64, count=n)
+        order = np.lexsort((start, key))
         self.key = key[order]
-        self.start = arr[order, 2]
-        self.end = arr[order, 3]
-        self.grade = arr[order, 4].astype(np.float64)
+        self.start = start[order]
+        self.end = end[order]
+        self.grade = grade[order].astype(np.float64)
         # per (query, doc) maximum grade, for the `doc` rule
         uniq, first = np.unique(self.key, return_index=True)
         self._doc_key = uniq
         self._doc_max = np.maximum.reduceat(self.grade, first) if len(first) else np.zeros(0)
+        # in golden-set order, for per-query views (scoring's judged grades): each query's code, evidence
+        # count and its evidence grades end to end
+        self.query_code_of, self.evidence_counts, self.grades_in_order = code, counts, grade
 
     def encode(self, query_ids: Sequence[str], doc_ids: Sequence[str]) -> np.ndarray:
         """Combined (query, doc) keys; -1 where the query or doc holds no evidence."""
