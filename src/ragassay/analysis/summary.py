@@ -106,6 +106,17 @@ def run_summary(results) -> dict:
             "n_rows": n_rows, "n_items": int(len(first))}
 
 
+def _distinct_sorted(t) -> bool:
+    """True when no two adjacent rows of ``t`` (sorted by query_id, trial) share both."""
+    import pyarrow.compute as pc
+
+    if t.num_rows < 2:
+        return True
+    q, tr = t.column("query_id"), t.column("trial")
+    same = pc.and_(pc.equal(q[1:], q[:-1]), pc.equal(tr[1:], tr[:-1]))
+    return not pc.any(same).as_py()
+
+
 def stored_run_summary(store, run_id: str) -> dict:
     """:func:`run_summary` of a stored run (full ``run_id``), equal to ``run_summary(store.results(run_id))``
     bit for bit but read one metric at a time, so memory holds one metric's rows and not the whole run
@@ -115,7 +126,9 @@ def stored_run_summary(store, run_id: str) -> dict:
     rows sorted by (query_id, trial) are that metric's rows of the whole sorted table in the same order;
     a metric's position among the labels is where it first appears in that table, i.e. the order of
     (first query_id, first trial, metric); an item's latency and judged fraction come from its first row,
-    the one with the smallest metric name.
+    the one with the smallest metric name. When every metric has rows for the same items (as a scored run
+    does), that is the row of the first metric name, read with that metric's values; otherwise one more
+    query picks each item's first row.
     """
     import pyarrow as pa
 
@@ -124,9 +137,16 @@ def stored_run_summary(store, run_id: str) -> dict:
                                        [run_id]).fetchall()]
     first_seen, per_metric, per_cell = [], {}, {}
     n_rows = 0
+    firsts = items = None  # the first metric's rows, and its (query_id, trial) columns while all metrics match
     for m in names:
-        t = con.sql("SELECT query_id, trial, value, stratum FROM results WHERE run_id = $r AND metric = $m "
+        extra = ", latency_ms, judged_fraction" if firsts is None else ""
+        t = con.sql(f"SELECT query_id, trial, value, stratum{extra} FROM results WHERE run_id = $r AND metric = $m "
                     "ORDER BY query_id, trial", params={"r": run_id, "m": m}).to_arrow_table()
+        if firsts is None:
+            firsts = t.select(["latency_ms", "judged_fraction"])
+            items = (t.column("query_id"), t.column("trial")) if _distinct_sorted(t) else None
+        elif items is not None and not (t.column("query_id").equals(items[0]) and t.column("trial").equals(items[1])):
+            items = None
         n_rows += t.num_rows
         first_seen.append((t.column("query_id")[0].as_py(), t.column("trial")[0].as_py(), m))
         values = _column(t, "value")
@@ -145,11 +165,12 @@ def stored_run_summary(store, run_id: str) -> dict:
     strata = sorted({s for cells in per_cell.values() for s in cells})
     per_stratum = [{"metric": m, "stratum": s, "mean": per_cell[m][s][0], "n_defined": per_cell[m][s][1],
                     "n_undefined": per_cell[m][s][2]} for m in order for s in strata if s in per_cell[m]]
-    # a struct is never NULL, so arg_min keeps the first row's NULL latency or judged fraction as NULL
-    items = con.sql("SELECT arg_min({'l': latency_ms, 'j': judged_fraction}, metric) AS f FROM results "
+    if items is None:  # the metrics' items differ (or there are no rows): each item's first row, by query
+        # a struct is never NULL, so arg_min keeps the first row's NULL latency or judged fraction as NULL
+        f = con.sql("SELECT arg_min({'l': latency_ms, 'j': judged_fraction}, metric) AS f FROM results "
                     "WHERE run_id = $r GROUP BY query_id, trial ORDER BY query_id, trial",
                     params={"r": run_id}).to_arrow_table().column("f").combine_chunks()
-    firsts = pa.table({"latency_ms": items.field("l"), "judged_fraction": items.field("j")})
+        firsts = pa.table({"latency_ms": f.field("l"), "judged_fraction": f.field("j")})
     lat = _column(firsts, "latency_ms")
     lat = lat[~np.isnan(lat)]
     latency = ({"p50": float(np.percentile(lat, 50)), "p95": float(np.percentile(lat, 95)),

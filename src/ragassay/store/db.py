@@ -74,8 +74,11 @@ DEFAULT_PATH = "ragassay.duckdb"
 _CHECKPOINT_THRESHOLD = "64MB"
 # DuckDB's memory limit while a whole trace set is scored into the store (Store.memory_limited)
 BULK_MEMORY_LIMIT = "512MB"
+# DuckDB's worker threads while a whole trace set is scored into the store (Store.memory_limited)
+BULK_THREADS = 1
 _BATCH_VIEW = "_ragassay_batch"
 _DONE_VIEW = "_ragassay_done"
+_PAIRS_VIEW = "_ragassay_pairs"
 
 
 def _now() -> datetime:
@@ -288,15 +291,30 @@ class Store:
         self.close()
 
     @contextlib.contextmanager
-    def memory_limited(self, limit: str = BULK_MEMORY_LIMIT):
-        """DuckDB's ``memory_limit`` set to ``limit`` inside the block, then back to DuckDB's default (the store
-        sets no other): bulk scoring and its summary at millions of rows stay bounded (DuckDB spills what does
-        not fit) instead of growing towards DuckDB's default of most of the machine's memory."""
-        self._con.execute(f"SET memory_limit = '{limit}'")
+    def memory_limited(self, limit: str = BULK_MEMORY_LIMIT, threads: int | None = BULK_THREADS):
+        """DuckDB's ``memory_limit`` set to ``limit`` inside the block, then back to DuckDB's default: bulk
+        scoring and its summary at millions of rows stay bounded (DuckDB spills what does not fit) instead of
+        growing towards DuckDB's default of most of the machine's memory.
+
+        DuckDB's worker ``threads`` are also capped at ``threads`` inside the block (None leaves them), then
+        set back to what they were. A bulk write runs beside the scorer and the trace reader, which keep the
+        cores busy: a second DuckDB thread there wins no time and doubles the CPU an ``INSERT`` of a batch
+        costs (each thread appends its own copy of the rows, merged afterwards)."""
+        con = self._con
+        con.execute(f"SET memory_limit = '{limit}'")
+        before = None
         try:
+            if threads is not None:
+                before = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
+                if before > threads:
+                    con.execute(f"SET threads = {int(threads)}")
+                else:
+                    before = None
             yield self
         finally:
-            self._con.execute("RESET memory_limit")
+            con.execute("RESET memory_limit")
+            if before is not None:
+                con.execute(f"SET threads = {int(before)}")
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -491,22 +509,19 @@ class Store:
         """Append the batch, deleting first only the stored rows it replaces (see the module docstring)."""
         pairs = np.zeros(0, dtype=np.uint64)
         if table.num_rows:
-            groups = self._con.execute(
-                f"SELECT hash(query_id, trial) AS h, count(*) AS n, count(DISTINCT metric) AS m "
-                f"FROM {_BATCH_VIEW} GROUP BY ALL ORDER BY h"
-            ).fetchnumpy()
-            pairs = np.asarray(groups["h"], dtype=np.uint64)
-            if np.any(np.asarray(groups["n"]) != np.asarray(groups["m"])):
-                # a repeated metric within one pair's hash group (or a collision of two pairs): decide exactly
-                _check_unique(table, ("query_id", "trial", "metric"), "result rows")
+            first_rows, unique = _pair_rows(table)
+            if not unique:
+                _check_unique(table, ("query_id", "trial", "metric"), "result rows")  # raises, naming a key
+            pairs = self._pair_hashes(table, first_rows)
         stored = self._stored_pairs(run_id)
-        replace_rows = bool(pairs.size and stored.size and np.isin(pairs, stored, assume_unique=True).any())
+        seen = _members(pairs, stored)
+        replace_rows = bool(seen.any())
         # Done markers keep their (small) primary key: a marker already stored is replaced on a second try.
         deleted = self._transaction(lambda replace: self._insert(run_id, table.num_rows, n_done,
                                                                  replace_rows=replace_rows, replace_done=replace))
         if run_id in self._own_rows:
             self._own_rows[run_id] += table.num_rows - deleted
-        fresh = pairs[~np.isin(pairs, stored, assume_unique=True)] if stored.size else pairs
+        fresh = pairs[~seen]
         self._pairs[run_id] = np.insert(stored, np.searchsorted(stored, fresh), fresh)
 
     def _transaction(self, insert: Any, before_retry: Any = None) -> Any:
@@ -529,6 +544,21 @@ class Store:
             self._rollback()
             raise
         return out
+
+    def _pair_hashes(self, table: pa.Table, rows: np.ndarray) -> np.ndarray:
+        """Sorted distinct DuckDB ``hash(query_id, trial)`` of the batch's pairs, one row of each in ``rows``:
+        the hash the stored pairs are remembered by (``_stored_pairs``), computed over the few pairs instead of
+        grouping every row of the batch."""
+        take = pa.array(rows)
+        pairs = pa.table({"query_id": pc.cast(table["query_id"].take(take), pa.string()),
+                          "trial": table["trial"].take(take)})
+        con = self._con
+        con.register(_PAIRS_VIEW, pairs)
+        try:
+            found = con.execute(f"SELECT hash(query_id, trial) AS h FROM {_PAIRS_VIEW}").fetchnumpy()["h"]
+        finally:
+            con.unregister(_PAIRS_VIEW)
+        return np.unique(np.asarray(found, dtype=np.uint64))
 
     def _stored_pairs(self, run_id: str) -> np.ndarray:
         pairs = self._pairs.get(run_id)
@@ -1072,8 +1102,16 @@ def _check_metric_names(metrics: Sequence[str]) -> tuple[str, ...]:
     return names
 
 
+_DICT_STRING = pa.dictionary(pa.int32(), pa.string())
+
+
+def _string_dictionary(t: pa.DataType) -> bool:
+    return pa.types.is_dictionary(t) and (pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type))
+
+
 def _normalize_rows(rows: pa.Table | Mapping[str, Sequence[Any]]) -> pa.Table:
-    """Validate a batch and cast it to ``ROW_SCHEMA`` (missing optional columns become null)."""
+    """Validate a batch and cast it to ``ROW_SCHEMA`` (missing optional columns become null); a string column
+    given as an Arrow dictionary of strings stays one (``dictionary<int32, string>``)."""
     if isinstance(rows, pa.RecordBatch):
         rows = pa.Table.from_batches([rows])
     if not isinstance(rows, pa.Table):
@@ -1101,8 +1139,13 @@ def _normalize_rows(rows: pa.Table | Mapping[str, Sequence[Any]]) -> pa.Table:
     for f in ROW_SCHEMA:
         if f.name in names:
             col = rows[f.name]
+            # A dictionary-encoded string column stays encoded (DuckDB stores it as VARCHAR all the same, and
+            # reads each distinct string once); one whose dictionary holds a null is decoded, so that null
+            # is counted like any other.
+            to = (_DICT_STRING if f.type == pa.string() and _string_dictionary(col.type)
+                  and not any(c.dictionary.null_count for c in col.chunks) else f.type)
             try:
-                col = pc.cast(col, f.type, safe=True)
+                col = pc.cast(col, to, safe=True)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 raise SchemaError(f"result column {f.name!r} cannot be read as {f.type} ({exc})") from exc
         elif f.name == "trial":
@@ -1110,7 +1153,7 @@ def _normalize_rows(rows: pa.Table | Mapping[str, Sequence[Any]]) -> pa.Table:
         else:
             col = pa.chunked_array([pa.nulls(n, f.type)])
         columns.append(col)
-    table = pa.Table.from_arrays(columns, schema=ROW_SCHEMA)
+    table = pa.Table.from_arrays(columns, names=ROW_SCHEMA.names)
     for key in ("query_id", "trial", "metric"):
         nulls = table[key].null_count
         if nulls:
@@ -1121,8 +1164,10 @@ def _normalize_rows(rows: pa.Table | Mapping[str, Sequence[Any]]) -> pa.Table:
             raise SchemaError("result rows: trial must be >= 0")
         if pc.any(pc.is_inf(table["value"])).as_py():
             raise SchemaError("result rows: value is infinite; a metric value is finite or NaN (undefined)")
-        jf = table["judged_fraction"].to_numpy(zero_copy_only=False)
-        if jf.size and np.any((jf < 0) | (jf > 1)):
+        jf = table["judged_fraction"]
+        # NaN compares false and null stays null, so both pass; a ChunkedArray's to_numpy would import pandas
+        if jf.null_count < n and pc.any(pc.or_(pc.less(jf, 0), pc.greater(jf, 1))).as_py():
+            jf = jf.to_numpy(zero_copy_only=False)
             raise SchemaError(
                 f"result rows: judged_fraction must lie in [0, 1] (NaN/null = unknown), got "
                 f"[{np.nanmin(jf)}, {np.nanmax(jf)}]"
@@ -1181,11 +1226,10 @@ def _done_columns(entries: list[Any]) -> pa.Table | None:
     lo, hi = pc.min_max(trial).values()
     if lo.as_py() < 0 or hi.as_py() > np.iinfo(np.int32).max:
         return None
-    table = pa.table({"query_id": pa.array(query_ids, pa.string()), "trial": trial})
-    if table.group_by(["query_id", "trial"]).aggregate([]).num_rows != len(entries):
+    if len(set(zip(query_ids, trials, strict=True))) != len(entries):  # a repeated (query_id, trial)
         return None
     return pa.table({
-        "query_id": table["query_id"],
+        "query_id": pa.array(query_ids, pa.string()),
         "trial": pc.cast(trial, pa.int32()),
         "status": pa.array(statuses, pa.string()),
         "error": pa.array(errors, pa.string()),
@@ -1226,7 +1270,60 @@ def _explain_bad_done(entries: Sequence[Any]) -> None:
         seen.add((query_id, int(trial)))
 
 
+def _members(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Which of ``values`` are in the sorted array ``sorted_set`` (a binary search each)."""
+    if not sorted_set.size or not values.size:
+        return np.zeros(values.shape, dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_set, values), sorted_set.size - 1)
+    return sorted_set[at] == values
+
+
+def _dense_codes(col: pa.ChunkedArray) -> tuple[np.ndarray, int]:
+    """Integer codes of a non-null string column (equal strings, equal codes) and how many distinct codes."""
+    if pa.types.is_dictionary(col.type):
+        col = col.unify_dictionaries() if col.num_chunks > 1 else col
+        enc = col.combine_chunks()
+        if pc.count_distinct(enc.dictionary).as_py() != len(enc.dictionary):  # a dictionary may repeat values
+            enc = pc.dictionary_encode(enc.dictionary_decode())
+    else:
+        enc = pc.dictionary_encode(col).combine_chunks()
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False), len(enc.dictionary)
+
+
+def _first_of_each(key: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """For integer keys in [0, span): one row index per distinct key, and each row's dense key rank."""
+    n = len(key)
+    if span <= 4 * n + 1024:  # a table over the key range: no sort
+        row = np.full(span, -1, dtype=np.int64)
+        row[key] = np.arange(n, dtype=np.int64)  # any one row of each key will do
+        present = row >= 0
+        return row[present], (np.cumsum(present) - 1)[key]
+    _, first, rank = np.unique(key, return_index=True, return_inverse=True)
+    return first, rank.reshape(-1)
+
+
+def _pair_rows(table: pa.Table) -> tuple[np.ndarray, bool]:
+    """One row of each distinct (query_id, trial) pair of a normalized, non-empty batch, and whether its
+    (query_id, trial, metric) keys are all distinct: integer codes and a count per key, no row-wise Python."""
+    n = table.num_rows
+    q, n_q = _dense_codes(table["query_id"])
+    m, n_m = _dense_codes(table["metric"])
+    trial = table["trial"].to_numpy().astype(np.int64, copy=False)
+    span_t = int(trial.max()) + 1
+    rows, pair = _first_of_each(q * span_t + trial, n_q * span_t)
+    cell = pair * n_m + m
+    n_cells = len(rows) * n_m
+    if n_cells <= 4 * n + 1024:
+        unique = bool(np.bincount(cell, minlength=n_cells).max() <= 1)
+    else:
+        unique = len(np.unique(cell)) == n
+    return rows, unique
+
+
 def _check_unique(table: pa.Table, key: tuple[str, ...], what: str) -> None:
+    # plain strings: an Arrow dictionary may hold one string twice, which grouping would keep apart
+    table = pa.table({k: pc.cast(table[k], pa.string()) if pa.types.is_dictionary(table[k].type) else table[k]
+                      for k in key})
     counts = table.group_by(list(key)).aggregate([([], "count_all")])
     if counts.num_rows == table.num_rows:
         return
