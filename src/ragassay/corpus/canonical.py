@@ -108,10 +108,14 @@ def _rewrite(text: str, pattern: re.Pattern, replace) -> _Map | None:
 
     Every output character of a rewrite maps to the whole matched range; untouched text maps 1:1.
     Returns None when nothing matched (identity), which keeps the common case allocation-free.
+    The matches are collected as pieces (start, end, length, whether untouched) and the maps are built
+    from them at once: arrays per match cost more than the matching.
     """
     pieces: list[str] = []
-    starts: list[np.ndarray] = []
-    ends: list[np.ndarray] = []
+    seg_start: list[int] = []
+    seg_end: list[int] = []  # an untouched piece: the end of its first character
+    seg_len: list[int] = []
+    seg_step: list[int] = []  # 1: untouched (one input character per output character), 0: a rewrite
     pos = 0
     any_match = False
     for m in pattern.finditer(text):
@@ -119,26 +123,34 @@ def _rewrite(text: str, pattern: re.Pattern, replace) -> _Map | None:
         a, b = m.span()
         if a > pos:
             pieces.append(text[pos:a])
-            idx = np.arange(pos, a, dtype=np.int64)
-            starts.append(idx)
-            ends.append(idx + 1)
+            seg_start.append(pos)
+            seg_end.append(pos + 1)
+            seg_len.append(a - pos)
+            seg_step.append(1)
         out = replace(m)
         if out:
             pieces.append(out)
-            starts.append(np.full(len(out), a, dtype=np.int64))
-            ends.append(np.full(len(out), b, dtype=np.int64))
+            seg_start.append(a)
+            seg_end.append(b)
+            seg_len.append(len(out))
+            seg_step.append(0)
         pos = b
     if not any_match:
         return None
     if pos < len(text):
         pieces.append(text[pos:])
-        idx = np.arange(pos, len(text), dtype=np.int64)
-        starts.append(idx)
-        ends.append(idx + 1)
+        seg_start.append(pos)
+        seg_end.append(pos + 1)
+        seg_len.append(len(text) - pos)
+        seg_step.append(1)
     if not pieces:
         empty = np.zeros(0, dtype=np.int64)
         return _Map("", empty, empty)
-    return _Map("".join(pieces), np.concatenate(starts), np.concatenate(ends))
+    lengths = np.asarray(seg_len, dtype=np.int64)
+    within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    step = np.repeat(np.asarray(seg_step, dtype=np.int64), lengths) * within
+    return _Map("".join(pieces), np.repeat(np.asarray(seg_start, dtype=np.int64), lengths) + step,
+                np.repeat(np.asarray(seg_end, dtype=np.int64), lengths) + step)
 
 
 def _space_out(m: re.Match) -> str:
@@ -214,8 +226,10 @@ def canonicalize_with_map(raw: str, *, fragment: bool = False) -> tuple[str, np.
     """
     m = _Map.identity(raw)
     for step in (
-        lambda t: _rewrite(t, _RE_INVISIBLE, lambda _m: ""),
-        lambda t: _rewrite(t, _RE_NEWLINE, lambda _m: "\n"),
+        # the invisible characters are not ASCII, nor are the newlines other than CR: ASCII text (O(1) to
+        # tell) skips those scans, which match nothing in it
+        lambda t: None if t.isascii() else _rewrite(t, _RE_INVISIBLE, lambda _m: ""),
+        lambda t: None if t.isascii() and "\r" not in t else _rewrite(t, _RE_NEWLINE, lambda _m: "\n"),
         _nfc,
         lambda t: _rewrite(t, _space_pattern(t, fragment), _space_out),
     ):
