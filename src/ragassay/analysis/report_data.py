@@ -104,9 +104,61 @@ class ReadCache:
                            values=full.values[:, cols])
 
 
+    def prime(self, run_id: str, rows: pa.Table) -> None:
+        """Take a run's full pivot from its rows as :func:`_run_rows` gives them (every metric, sorted by
+        query, trial and metric) rather than pivoting in DuckDB again; left to the store whenever
+        :func:`wide_from_rows` cannot be sure of giving what the store gives."""
+        if run_id not in self._wide:
+            wide = wide_from_rows(rows, self._store.metrics(run_id))
+            if wide is not None:
+                self._wide[run_id] = wide
+
+
 def read_cached(store):
     """``store`` behind a :class:`ReadCache` (unchanged when it already is one)."""
     return store if isinstance(store, ReadCache) else ReadCache(store)
+
+
+def wide_from_rows(rows: pa.Table, metrics: list[str]):
+    """``Store.results_wide(run, metrics)`` for ``metrics`` = every metric of the run (``Store.metrics``), from
+    the run's rows sorted by (query_id, trial, metric) (:func:`_run_rows`): one row per (query_id, trial) in
+    that order, its stratum, and each metric's value (NaN when null or absent). None when the rows hold
+    what the store's pivot refuses or leaves to chance — a query whose rows disagree on its stratum (the
+    store raises), a (query, trial, metric) twice (the store keeps an arbitrary one) — or a metric not in
+    ``metrics``; the caller then asks the store."""
+    from ragassay.store.db import WideResults
+
+    n = rows.num_rows
+    if not n:
+        return None
+    qid = rows.column("query_id").combine_chunks()
+    trial = rows.column("trial").to_numpy().astype(np.int64)
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    new[1:] = pc.not_equal(qid[1:], qid[:-1]).to_numpy(zero_copy_only=False) | (trial[1:] != trial[:-1])
+    starts = np.flatnonzero(new)
+    group = np.cumsum(new) - 1
+    enc = pc.dictionary_encode(rows.column("metric")).combine_chunks()
+    at = {m: j for j, m in enumerate(metrics)}
+    names = enc.dictionary.to_pylist()
+    if any(m not in at for m in names):
+        return None
+    col = np.asarray([at[m] for m in names], dtype=np.int64)[enc.indices.to_numpy(zero_copy_only=False)]
+    if ((group[1:] == group[:-1]) & (col[1:] == col[:-1])).any():
+        return None  # sorted by metric within an item: a repeated cell is two adjacent rows
+    values = np.full((len(starts), len(metrics)), np.nan)
+    values[group, col] = rows.column("value").to_numpy()
+    # the store's stratum is min(stratum) over the item's rows and it refuses an item whose min and max differ
+    senc = pc.dictionary_encode(rows.column("stratum")).combine_chunks()
+    code = pc.fill_null(senc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    lo = np.minimum.reduceat(np.where(code < 0, np.iinfo(np.int64).max, code), starts)
+    hi = np.maximum.reduceat(code, starts)
+    if ((hi >= 0) & (lo != hi)).any():
+        return None
+    labels = np.asarray(senc.dictionary.to_pylist() + [None], dtype=object)
+    return WideResults(query_ids=np.asarray(qid.take(pa.array(starts)).to_pylist(), dtype=object),
+                       trials=trial[starts], strata=labels[np.where(hi >= 0, hi, len(labels) - 1)],
+                       values=values)
 
 
 def capped_resamples(requested: int, n_queries: int) -> int:
@@ -645,29 +697,22 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
                       traces_dir: str | Path | None = None, title: str = "ragassay report",
                       analyses: bool = True, analysis_resamples: int = REPORT_RESAMPLES,
                       sections: dict | None = None, requested_resamples: int | None = None,
-                      prefetched: PrefetchedTraces | None = None, parquet: QueriesParquet | None = None) -> dict:
+                      prefetched: PrefetchedTraces | None = None, parquet: QueriesParquet | None = None,
+                      runs_read: dict | None = None) -> dict:
     """The report's data (docs/report.md). ``analyses`` adds the analysis sections (:func:`analysis_sections`,
     with ``analysis_resamples`` bootstrap resamples); ``sections`` are analysis sections the caller already
     computed (``decomposition``, ``attribution``, ...), used as given. ``requested_resamples``: what the
     user asked the comparisons for, when :func:`comparison_resamples` gave them fewer (the page says so).
     ``prefetched``: the runs' traces already being read (with this ``traces_dir``), taken from there.
-    ``parquet``: given each run's rows as they are read, for the per-query Parquet file."""
+    ``parquet``: given each run's rows as they are read, for the per-query Parquet file. ``runs_read``: what
+    :func:`read_runs` took from the runs' rows, when the caller read them already (``parquet`` is then
+    not used: read_runs fed it)."""
     store = read_cached(store)
     recs = [store.get_run(r) for r in run_ids]
     names = [r.name for r in recs]
-    # one run's full rows at a time: everything the page needs from them is taken before the next is read
-    summaries, from_rows = {}, {}
-    for r in recs:
-        res = _run_rows(store, r.run_id)
-        if parquet is not None:
-            parquet.add(r, res)
-        summaries[r.run_id] = summary = run_summary(res)
-        have = {m["metric"]: m for m in summary["metrics"]}
-        from_rows[r.run_id] = {
-            "movement": _movement(res, r) if "rerank_rescued" in have else None,
-            "abstention": _abstention(r, have, res) if "abstention_recall" in have else None,
-            "latency": {"run": r.name, "values_ms": _latencies(res)}}
-        del res
+    runs_read = runs_read if runs_read is not None else read_runs(store, recs, parquet)
+    summaries = {r.run_id: runs_read[r.run_id][0] for r in recs}
+    from_rows = {r.run_id: runs_read[r.run_id][1] for r in recs}
     data: dict = {
         "title": title,
         "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -760,6 +805,29 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
     return data
 
 
+def read_runs(store, recs, parquet: QueriesParquet | None = None) -> dict:
+    """run_id -> (:func:`run_summary`, the rerank movement, abstention and latency the page shows) of each
+    run, from its rows read once (:func:`_run_rows`, one sort in DuckDB), which also feed ``parquet`` and,
+    when ``store`` is a :class:`ReadCache`, its pivot of the run (so the comparisons and sections do not
+    pivot in DuckDB again). One run's rows at a time: all the page needs from them is taken before the
+    next run is read."""
+    out = {}
+    for r in recs:
+        res = _run_rows(store, r.run_id)
+        if parquet is not None:
+            parquet.add(r, res)
+        if isinstance(store, ReadCache):
+            store.prime(r.run_id, res)
+        summary = run_summary(res)
+        have = {m["metric"]: m for m in summary["metrics"]}
+        out[r.run_id] = (summary, {
+            "movement": _movement(res, r) if "rerank_rescued" in have else None,
+            "abstention": _abstention(r, have, res) if "abstention_recall" in have else None,
+            "latency": {"run": r.name, "values_ms": _latencies(res)}})
+        del res
+    return out
+
+
 def _resamples_note(used, requested: int | None, n_queries: int) -> dict:
     if requested is None or used is None or used >= requested:
         return {}
@@ -841,7 +909,7 @@ def _run_rows(store, run_id: str) -> pa.Table:
 
 def _values(res: pa.Table, metric: str) -> np.ndarray:
     """Every value of one metric in a run's rows (all trials), NaN where undefined."""
-    col = res.filter(pc.equal(res["metric"], metric))["value"]
+    col = pc.filter(res.column("value"), pc.equal(res.column("metric"), metric))  # one column, not the table
     return col.to_numpy(zero_copy_only=False).astype(float) if len(col) else np.zeros(0)
 
 
@@ -1064,18 +1132,30 @@ class QueriesParquet:
     """The per-query Parquet file in memory, fed each run's rows as :func:`_run_rows` gives them (sorted by
     query, trial and metric): the run id and name, then every column but ``judged_fraction``, in row groups
     of at most :data:`PARQUET_BATCH` rows (the sorted result's own chunks, as DuckDB's batch reader gives
-    them), zstd-compressed."""
+    them), zstd-compressed. The runs are encoded in the order added on a thread of its own (Arrow's encoder
+    and zstd release the GIL), so the caller goes on while a run is compressed; :meth:`finish` waits."""
 
     COLUMNS = ("query_id", "trial", "metric", "value", "stratum", "latency_ms")
 
     def __init__(self):
         self._buf = io.BytesIO()
         self._writer = None
+        self._pool = None
+        self._pending: list = []
 
     def add(self, rec, rows: pa.Table) -> None:
+        import pyarrow.parquet  # noqa: F401  (loaded here, not first on the worker thread)
+
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragassay-parquet")
+        self._pending.append(self._pool.submit(self._write, rec.run_id, rec.name, rows))
+
+    def _write(self, run_id: str, name: str, rows: pa.Table) -> None:
         import pyarrow.parquet as pq
 
-        const = pa.array([rec.run_id, rec.name], type=pa.string())
+        const = pa.array([run_id, name], type=pa.string())
         for batch in rows.select(list(self.COLUMNS)).to_batches(max_chunksize=PARQUET_BATCH):
             zeros = np.zeros(batch.num_rows, dtype=np.int32)
             full = pa.RecordBatch.from_arrays(
@@ -1086,6 +1166,14 @@ class QueriesParquet:
             self._writer.write_batch(full.cast(self._writer.schema))
 
     def finish(self) -> bytes:
+        try:
+            for job in self._pending:
+                job.result()  # raises what the encoding raised
+        finally:
+            self._pending = []
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
         if self._writer is not None:
             self._writer.close()
         return self._buf.getvalue()

@@ -69,6 +69,7 @@ def report(
         build_report_data,
         comparison_resamples,
         read_cached,
+        read_runs,
     )
     from ragassay.fsio import atomic_write_bytes
     from ragassay.store import Store
@@ -92,15 +93,17 @@ def report(
 
         corp, gs = load_inputs(corpus, golden)
         check_inputs_match_runs(recs, gs, corp, given=golden is not None)
+        # each run's rows are read once (one sort of each run): they give the page's run summaries, the
+        # Parquet file (encoded on a thread of its own) and the pivot the comparisons and sections slice
+        parquet_rows = QueriesParquet()
+        runs_read = read_runs(st, recs, parquet_rows)
         used = comparison_resamples(resamples, len(gs.queries)) if len(recs) > 1 else resamples
         comparisons = [compare_runs(st, recs[0].run_id, r.run_id, n_resamples=used, rebaseline=rebaseline)
                        for r in recs[1:]]
-        # the Parquet file is encoded from the rows the page reads (one sort of each run, not two)
-        parquet_rows = QueriesParquet()
         data = build_report_data(st, [r.run_id for r in recs], gs, corp, comparisons=comparisons,
                                  traces_dir=traces_dir, title=f"ragassay report: {', '.join(r.name for r in recs)}",
                                  analyses=analyses, analysis_resamples=analysis_resamples,
-                                 requested_resamples=resamples, prefetched=prefetched, parquet=parquet_rows)
+                                 requested_resamples=resamples, prefetched=prefetched, runs_read=runs_read)
         # The page first: a folder holding only a Parquet file would not be recognised as a report next time.
         data["parquet"] = PARQUET_NAME
         if included:
