@@ -18,6 +18,7 @@ import math
 import re
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -908,16 +909,31 @@ def _embed(pieces: Iterable[str]) -> dict:
             break
     else:
         return {"json": Markup("".join(head)), "encoding": None, "json_bytes": None}
-    # level 1: a third of a second for 40 MB, within a few percent of the best level's size once in base64
+    # level 1: a third of a second for 40 MB, within a few percent of the best level's size once in base64.
+    # zlib releases the GIL: a worker thread compresses ~1 MB blocks in order while this thread writes the
+    # next pieces (at most a few blocks wait, so memory stays bounded). DEFLATE's output does not depend on
+    # how its input is split across calls.
     deflate = zlib.compressobj(1, zlib.DEFLATED, -15)
-    packed, n_raw = [], 0
-    for piece in itertools.chain(head, rest):
-        raw = piece.encode("utf-8")
-        n_raw += len(raw)
-        packed.append(deflate.compress(raw))
+    packed, pending, block, n_block, n_raw = [], [], [], 0, 0
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragassay-deflate") as pool:
+        for piece in itertools.chain(head, rest, [None]):
+            if piece is not None:
+                raw = piece.encode("utf-8")
+                n_raw += len(raw)
+                block.append(raw)
+                n_block += len(raw)
+            if n_block >= _DEFLATE_BLOCK or (piece is None and block):
+                pending.append(pool.submit(deflate.compress, b"".join(block)))
+                block, n_block = [], 0
+                while len(pending) > 3:
+                    packed.append(pending.pop(0).result())
+        packed += [job.result() for job in pending]
     packed.append(deflate.flush())
     return {"json": Markup(base64.b64encode(b"".join(packed)).decode("ascii")), "encoding": "deflate-base64",
             "json_bytes": n_raw}
+
+
+_DEFLATE_BLOCK = 1 << 20
 
 
 def _json_pieces(obj: object, depth: int = 3) -> Iterator[str]:
