@@ -8,11 +8,14 @@ transaction as a resumable run writes them, then ``finish_run`` (which checks th
 On a shared machine trust the CPU time more than the wall time. Batches are built before the clock starts so
 the timing is the store's alone.
 
+The writes run inside ``Store.memory_limited`` as ``score`` runs them (512 MB, one DuckDB thread); ``--threads
+N`` caps DuckDB at N threads instead (0: DuckDB's default, one per core).
+
 ``--keyed`` also writes the same batches into a version-1 store (``results`` with its primary key, as
 before schema version 2), each in its own child process, so the two layouts are compared in one run.
 
     python benchmarks/store_write.py [--queries 10000] [--metrics 100] [--trials 1] [--batch-queries 200]
-                                     [--keyed]
+                                     [--threads 1] [--keyed]
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ def main() -> None:
     ap.add_argument("--metrics", type=int, default=100)
     ap.add_argument("--trials", type=int, default=1)
     ap.add_argument("--batch-queries", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=1, help="DuckDB threads while writing (0 = DuckDB's default)")
     ap.add_argument("--keyed", action="store_true", help="also measure a version-1 (keyed) store")
     ap.add_argument("--layout", choices=("unkeyed", "keyed"), default="unkeyed", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -106,7 +110,7 @@ def main() -> None:
             make_keyed(path)
         rss0, duck_peak = rss_mb(), 0.0
         t0, c0 = time.perf_counter(), cpu_s()
-        with Store.open(path) as store:
+        with Store.open(path) as store, store.memory_limited(threads=args.threads or None):
             run_id = store.create_run(RunRecord(name="bench", trials=args.trials))
             for rows, done in batches:
                 store.write_batch(run_id, rows, done=done)
