@@ -111,3 +111,20 @@ def test_groups_resampled_side_by_side_equal_the_numpy_path(monkeypatch, cluster
     assert np.array_equal(got["0"].distribution, got["1"].distribution, equal_nan=True)
     assert got["0"].to_dict() == got["1"].to_dict()
     assert not np.isnan(got["1"].distribution).any()
+
+
+def test_preload_loads_the_kernel_in_the_background_only_when_it_would_be_used(monkeypatch):
+    import threading
+
+    monkeypatch.setattr(boot, "_KERNEL", None)
+    monkeypatch.setenv("RAGASSAY_JIT", "0")
+    boot.preload_kernel(10**12)
+    assert not any(t.name == "ragassay-jit" for t in threading.enumerate())
+    monkeypatch.setenv("RAGASSAY_JIT", "auto")
+    boot.preload_kernel(boot._JIT_DRAWS - 1)  # below the threshold the numpy path is cheaper: nothing loads
+    assert not any(t.name == "ragassay-jit" for t in threading.enumerate()) and boot._KERNEL is None
+    boot.preload_kernel(boot._JIT_DRAWS)
+    for t in threading.enumerate():
+        if t.name == "ragassay-jit":
+            t.join(60)
+    assert boot._KERNEL is kernel

@@ -95,9 +95,14 @@ def report(
         check_inputs_match_runs(recs, gs, corp, given=golden is not None)
         # each run's rows are read once (one sort of each run): they give the page's run summaries, the
         # Parquet file (encoded on a thread of its own) and the pivot the comparisons and sections slice
+        used = comparison_resamples(resamples, len(gs.queries)) if len(recs) > 1 else resamples
+        if len(recs) > 1:
+            from ragassay.stats.bootstrap import preload_kernel
+
+            # the compiled bootstrap loads while DuckDB sorts the rows below (it waits outside the interpreter)
+            preload_kernel(used * len(gs.queries))
         parquet_rows = QueriesParquet()
         runs_read = read_runs(st, recs, parquet_rows)
-        used = comparison_resamples(resamples, len(gs.queries)) if len(recs) > 1 else resamples
         comparisons = [compare_runs(st, recs[0].run_id, r.run_id, n_resamples=used, rebaseline=rebaseline)
                        for r in recs[1:]]
         data = build_report_data(st, [r.run_id for r in recs], gs, corp, comparisons=comparisons,

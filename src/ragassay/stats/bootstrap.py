@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -177,6 +178,24 @@ def _kernel(n_draws: int):
             return None
         _KERNEL = _resample_kernel
     return _KERNEL
+
+
+def preload_kernel(n_draws: int) -> None:
+    """Start loading the compiled totals (numba and the cached machine code, about half a second of
+    interpreter work) on a background thread when a bootstrap of ``n_draws`` draws will use them, so a
+    caller can overlap the load with work that waits outside the interpreter (a DuckDB query); the first
+    bootstrap then finds them loaded (or waits for the load to finish). Changes no result."""
+    setting = os.environ.get("RAGASSAY_JIT", "auto")
+    if _KERNEL is not None or setting == "0" or (setting != "1" and n_draws < _JIT_DRAWS):
+        return
+
+    def load() -> None:
+        kernel = _kernel(n_draws)
+        if kernel is not None:
+            # zero resamples with the argument types of a real call: loads the cached code, draws nothing
+            kernel.pcg64_resampled_totals(np.zeros(6, dtype=np.uint64), np.zeros((1, 2)), np.empty((0, 1)))
+
+    threading.Thread(target=load, daemon=True, name="ragassay-jit").start()
 
 
 _MASK64 = (1 << 64) - 1
