@@ -813,6 +813,8 @@ def read_runs(store, recs, parquet: QueriesParquet | None = None) -> dict:
     next run is read."""
     out = {}
     for r in recs:
+        if parquet is not None:
+            parquet.wait()  # the previous run's rows are encoded (and freed) before the next run's are read
         res = _run_rows(store, r.run_id)
         if parquet is not None:
             parquet.add(r, res)
@@ -1165,10 +1167,14 @@ class QueriesParquet:
                 self._writer = pq.ParquetWriter(self._buf, full.schema, compression="zstd")
             self._writer.write_batch(full.cast(self._writer.schema))
 
+    def wait(self) -> None:
+        """Wait until every run added so far is encoded (raising what the encoding raised)."""
+        while self._pending:
+            self._pending.pop(0).result()
+
     def finish(self) -> bytes:
         try:
-            for job in self._pending:
-                job.result()  # raises what the encoding raised
+            self.wait()
         finally:
             self._pending = []
             if self._pool is not None:
