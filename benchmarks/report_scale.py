@@ -13,7 +13,8 @@ Targets (issue 18): at 100,000 queries <= 30 MB HTML, <= 15 s, <= 1.5 GB peak; l
 
 Usage: python benchmarks/report_scale.py [N_QUERIES ...] [--resamples R] [--repeat K] [--keep DIR]
 
-``--repeat K`` runs the report K times on the same inputs (the machine is shared: one figure is noise).
+``--repeat K`` runs the report K times on the same inputs (the machine is shared: one figure is noise); each
+row shows the 1-minute load average before and after its run. ``--keep DIR`` is created when missing.
 """
 
 from __future__ import annotations
@@ -187,6 +188,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--repeat", type=int, default=1, help="report runs per size on the same inputs")
     ap.add_argument("--keep", type=Path, default=None, help="build inputs and reports here and keep them")
     args = ap.parse_args(argv)
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
     results = []
     for n in args.sizes:
         root = Path(tempfile.mkdtemp(prefix=f"ragassay-report-{n}-", dir=args.keep))
@@ -194,8 +197,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         inputs = build_inputs(root, n)
         setup = time.perf_counter() - t
         for k in range(args.repeat):
+            load_before = os.getloadavg()[0]
             r = run_report(inputs, root / f"report-{k}", args.resamples)
-            r.update(n_queries=n, setup_s=setup)
+            r.update(n_queries=n, setup_s=setup, load_before=load_before, load_after=os.getloadavg()[0])
             b = browser_timings(Path(r["report"]), root)
             if b:
                 r.update(b)
@@ -203,12 +207,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if args.keep is None:
             shutil.rmtree(root)
     print(f"{'queries':>9} {'build s':>8} {'CPU s':>6} {'peak MB':>8} {'HTML MB':>8} {'parquet MB':>10} "
-          f"{'load ms':>8} {'sort ms':>8}")
+          f"{'load ms':>8} {'sort ms':>8} {'loadavg':>9}")
     for r in results:
         print(f"{r['n_queries']:>9,} {r['wall_s']:>8.1f} {r['cpu_s']:>6.1f} {r['peak_mb']:>8.0f} "
               f"{r['html_bytes'] / 1e6:>8.1f} "
               f"{r['parquet_bytes'] / 1e6:>10.1f} {r.get('load_ms', float('nan')):>8.0f} "
-              f"{r.get('sort_ms', float('nan')):>8.0f}")
+              f"{r.get('sort_ms', float('nan')):>8.0f} {r['load_before']:>4.1f}-{r['load_after']:<4.1f}")
     print("targets at 100,000 queries: <= 15 s, <= 1,536 MB, <= 30 MB HTML; load <= 3,000 ms, sort <= 300 ms")
     return results
 
