@@ -196,23 +196,27 @@ def _columns_equal(a, b):
 
     assert (a[0].keys, a[0].fields, a[0].unit_id, a[0].doc_id, a[0].text) == \
         (b[0].keys, b[0].fields, b[0].unit_id, b[0].doc_id, b[0].text)
-    for name in ("lengths", "start", "end", "score", "has_score"):
+    for name in ("lengths", "start", "end", "score", "has_score", "rank"):
         x, y = getattr(a[0], name), getattr(b[0], name)
         assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True), name
     assert np.array_equal(a[1], b[1]) and np.array_equal(a[2], b[2], equal_nan=True)
 
 
 def test_arrow_unit_columns_equal_the_dict_path_on_random_records():
+    import math
     import random
+
+    import numpy as np
 
     from ragassay.trace.io import _arrow_columns, _columns, _strip
 
     rng = random.Random(7)
+    _LISTS = ("fused", "reranked", "packed", "cut")
 
     def unit(i):
         u = {"unit_id": f"u{i}", "doc_id": rng.choice(["d1", "d2", "é3"]), "start": rng.randrange(0, 50),
              "end": rng.randrange(50, 99)}
-        for key, value in (("score", rng.choice([1, 0.25, -3.5, None])), ("rank", i + 1),
+        for key, value in (("score", rng.choice([1, 0.25, -3.5, None])), ("rank", rng.choice([i + 1, 9, 2**53])),
                            ("text", rng.choice(["x", "naïve", None])), ("tokens", rng.randrange(0, 4))):
             if rng.random() < 0.6:
                 u[key] = value
@@ -238,6 +242,10 @@ def test_arrow_unit_columns_equal_the_dict_path_on_random_records():
             assert got is None
             continue
         _columns_equal(got, want)
+        # and both hold each unit's rank as the record has it (the json module's dicts are the oracle)
+        ranks = [u.get("rank", math.nan) for _, rec, _ in cands
+                 for us in [*(rec.get("branches") or {}).values(), *(rec.get(n) or [] for n in _LISTS)] for u in us]
+        assert np.array_equal(want[0].rank, np.asarray(ranks, dtype=np.float64), equal_nan=True)
 
 
 @pytest.mark.parametrize("bad", [{"start": 1.0}, {"colour": 1}, {"unit_id": "2020-01-01"}, {"unit_id": ""},

@@ -20,7 +20,8 @@ HEADER = b'{"type": "header", "run_name": "r"}'
 def _unit(rng: random.Random, i: int, tokens: bool = False) -> dict:
     u = {"unit_id": f"u{rng.randrange(40)}-{i}", "doc_id": rng.choice(["d1", "d2", "é3", "doc#4"]),
          "start": rng.randrange(0, 50), "end": rng.randrange(50, 99)}
-    for key, value in (("score", rng.choice([1, 0.25, -3.5, None, 2.5e-7])), ("rank", i + 1),
+    for key, value in (("score", rng.choice([1, 0.25, -3.5, None, 2.5e-7])),
+                       ("rank", rng.choice([i + 1, i + 1, 7, 2**53])),
                        ("text", rng.choice(["x", "naïve", None, 'say "hi"'])), ("tokens", rng.randrange(0, 9))):
         if rng.random() < 0.5:
             u[key] = value
@@ -110,6 +111,12 @@ def _assert_same_as_plain(path, batch_size: int) -> TraceBatchReader:
         y = getattr(want, name)
         assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True), name
         assert all(isinstance(v, np.ndarray) for v in (getattr(u, name) for u in units))
+    # each unit's rank as the model read it (NaN where absent), from every read path, aligned with its unit
+    rank = np.concatenate([u.rank for u in units]) if units else np.zeros(0)
+    want_rank = [np.nan if u.rank is None else u.rank for t in traces for _, us in t.unit_lists() for u in us]
+    assert all(u.rank is not None and u.rank.dtype == np.float64 for u in units)
+    assert np.array_equal(rank, np.asarray(want_rank, dtype=np.float64), equal_nan=True)
+    assert want.rank.dtype == np.float64 and np.array_equal(rank, want.rank, equal_nan=True)
     tok = np.concatenate([b.tokens for b in batches]) if batches else np.zeros(0)
     want_tok = [np.nan if u.tokens is None else u.tokens for t in traces for _, us in t.unit_lists() for u in us]
     assert np.array_equal(tok, np.asarray(want_tok, dtype=float), equal_nan=True)
@@ -118,6 +125,7 @@ def _assert_same_as_plain(path, batch_size: int) -> TraceBatchReader:
         assert [trace_of[k] for k in b.units.keys] == b.list_trace.tolist()
         again = fast.replay(b.span)
         assert again.traces == b.traces and again.lines == b.lines and again.units.unit_id == b.units.unit_id
+        assert np.array_equal(again.units.rank, b.units.rank, equal_nan=True)
     return fast
 
 

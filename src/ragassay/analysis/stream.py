@@ -113,7 +113,8 @@ class KnownBatch:
                            lengths=u.lengths[lists], unit_id=[u.unit_id[i] for i in idx],
                            doc_id=[u.doc_id[i] for i in idx], start=u.start[idx], end=u.end[idx],
                            score=u.score[idx], has_score=u.has_score[idx],
-                           text=None if u.text is None else [u.text[i] for i in idx])
+                           text=None if u.text is None else [u.text[i] for i in idx],
+                           rank=None if u.rank is None else u.rank[idx])
         return cls([m for m, k in zip(batch.traces, keep, strict=True) if k], cols,
                    new_index[batch.list_trace[lists]], batch.tokens[idx])
 
@@ -126,8 +127,8 @@ class KnownBatch:
     @classmethod
     def empty(cls) -> KnownBatch:
         z = np.zeros(0, dtype=np.int64)
-        return cls([], UnitColumns([], [], z, [], [], z, z, np.zeros(0), np.zeros(0, dtype=bool), None), z,
-                   np.zeros(0))
+        return cls([], UnitColumns([], [], z, [], [], z, z, np.zeros(0), np.zeros(0, dtype=bool), None,
+                                   np.zeros(0)), z, np.zeros(0))
 
 
 def _column_table(rows: list[tuple[str, int]], metric_names: list[str], values: list[np.ndarray],

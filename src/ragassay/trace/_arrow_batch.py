@@ -73,8 +73,8 @@ class Part:
 
 def empty_part() -> Part:
     z = np.zeros(0, dtype=np.int64)
-    return Part(z, [], UnitColumns([], [], z, [], [], z, z, np.zeros(0), np.zeros(0, dtype=bool), None), z,
-                np.zeros(0))
+    return Part(z, [], UnitColumns([], [], z, [], [], z, z, np.zeros(0), np.zeros(0, dtype=bool), None,
+                                   np.zeros(0)), z, np.zeros(0))
 
 
 def concat_parts(parts: list[Part]) -> Part:
@@ -86,12 +86,13 @@ def concat_parts(parts: list[Part]) -> Part:
     texts = [u.text for u in us]
     text = None if all(t is None for t in texts) else [
         x for u, t in zip(us, texts, strict=True) for x in (t if t is not None else [None] * len(u.start))]
+    rank = None if all(u.rank is None for u in us) else np.concatenate([u.ranks() for u in us])
     units = UnitColumns(keys=[k for u in us for k in u.keys], fields=[f for u in us for f in u.fields],
                         lengths=np.concatenate([u.lengths for u in us]),
                         unit_id=[x for u in us for x in u.unit_id], doc_id=[x for u in us for x in u.doc_id],
                         start=np.concatenate([u.start for u in us]), end=np.concatenate([u.end for u in us]),
                         score=np.concatenate([u.score for u in us]),
-                        has_score=np.concatenate([u.has_score for u in us]), text=text)
+                        has_score=np.concatenate([u.has_score for u in us]), text=text, rank=rank)
     return Part(np.concatenate([p.lines for p in parts]), [t for p in parts for t in p.traces], units,
                 np.concatenate([p.list_trace + b for p, b in zip(parts, base, strict=True)]),
                 np.concatenate([p.tokens for p in parts]))
@@ -112,7 +113,8 @@ def select(p: Part, idx: np.ndarray) -> Part:
     units = UnitColumns(keys=[u.keys[i] for i in lists], fields=[u.fields[i] for i in lists], lengths=lengths,
                         unit_id=[u.unit_id[i] for i in take], doc_id=[u.doc_id[i] for i in take],
                         start=u.start[take], end=u.end[take], score=u.score[take], has_score=u.has_score[take],
-                        text=text if text is not None and any(x is not None for x in text) else None)
+                        text=text if text is not None and any(x is not None for x in text) else None,
+                        rank=None if u.rank is None else u.rank[take])
     return Part(p.lines[idx], [p.traces[i] for i in idx], units, new_trace[lists], p.tokens[take])
 
 
@@ -574,7 +576,8 @@ def _build(table, col, lines, ok, sources, branch_names, branch_present, citatio
                         start=flat["start"].to_numpy(zero_copy_only=False),
                         end=flat["end"].to_numpy(zero_copy_only=False),
                         score=_np(score, math.nan), has_score=_valid(score),
-                        text=text.to_pylist() if text.null_count < len(text) else None)
+                        text=text.to_pylist() if text.null_count < len(text) else None,
+                        rank=_np(flat["rank"].cast(pa.float64()), math.nan))
     tokens = _np(flat["tokens"].cast(pa.float64()), math.nan)
     return Part(lineno[idx], traces, units, list_trace, tokens)
 

@@ -374,7 +374,9 @@ def _columns(cands: list[tuple[int, dict, Trace]]) -> tuple[UnitColumns, np.ndar
                        end=end.to_numpy(zero_copy_only=False).astype(np.int64),
                        score=pc.fill_null(pc.cast(score, pa.float64()), math.nan).to_numpy(zero_copy_only=False)
                        if len(score) else np.zeros(0),
-                       has_score=has_score, text=text.to_pylist() if text.null_count < len(text) else None)
+                       has_score=has_score, text=text.to_pylist() if text.null_count < len(text) else None,
+                       rank=pc.fill_null(pc.cast(rank, pa.float64()), math.nan).to_numpy(zero_copy_only=False)
+                       if len(rank) else np.zeros(0))
     tok = (pc.fill_null(pc.cast(tokens, pa.float64()), math.nan).to_numpy(zero_copy_only=False) if len(tokens)
            else np.zeros(0))
     return cols, np.asarray(owners, dtype=np.int64), tok
@@ -458,13 +460,14 @@ def _arrow_columns(cands: list[tuple[int, dict, Trace]],
                 return None
             pieces.append(arr.cast(typ))
         cols[key] = pa.concat_arrays(pieces).take(take)
-    score, text, tokens = cols["score"], cols["text"], cols["tokens"]
+    score, text, tokens, rank = cols["score"], cols["text"], cols["tokens"], cols["rank"]
     units = UnitColumns(keys=keys, fields=fields, lengths=lengths, unit_id=cols["unit_id"].to_pylist(),
                         doc_id=cols["doc_id"].to_pylist(), start=cols["start"].to_numpy(zero_copy_only=False),
                         end=cols["end"].to_numpy(zero_copy_only=False),
                         score=pc.fill_null(score, math.nan).to_numpy(zero_copy_only=False),
                         has_score=score.is_valid().to_numpy(zero_copy_only=False),
-                        text=text.to_pylist() if text.null_count < len(text) else None)
+                        text=text.to_pylist() if text.null_count < len(text) else None,
+                        rank=pc.fill_null(rank.cast(pa.float64()), math.nan).to_numpy(zero_copy_only=False))
     return units, owner_arr, pc.fill_null(tokens.cast(pa.float64()), math.nan).to_numpy(zero_copy_only=False)
 
 

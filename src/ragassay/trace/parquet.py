@@ -422,6 +422,8 @@ def _unit_columns(lists: dict[str, pa.Array], rows: list[int], keys: list[tuple[
                        end=units.field("end").to_numpy(zero_copy_only=False).astype(np.int64),
                        score=pc.fill_null(score, math.nan).to_numpy(zero_copy_only=False).astype(np.float64),
                        has_score=score.is_valid().to_numpy(zero_copy_only=False),
-                       text=text.to_pylist() if text.null_count < len(text) else None)
+                       text=text.to_pylist() if text.null_count < len(text) else None,
+                       rank=pc.fill_null(units.field("rank").cast(pa.float64()), math.nan)
+                       .to_numpy(zero_copy_only=False).astype(np.float64))
     tok = pc.fill_null(tokens.cast(pa.float64()), math.nan).to_numpy(zero_copy_only=False)
     return cols, trace, tok

@@ -281,9 +281,13 @@ class UnitColumns:
 
     Per list: ``keys`` (the owning trace's (query_id, trial)), ``fields`` (``branches.<name>``, fused, ...)
     and ``lengths``. Per unit: ``unit_id`` and ``doc_id`` (sequences of str), ``start``, ``end`` (int64),
-    ``score`` (float64, NaN where absent, with ``has_score``) and ``text`` (None where absent; the whole
-    column None when no unit has text). Readers build these straight from parsed JSON; traces build them
-    with :meth:`from_traces`.
+    ``score`` (float64, NaN where absent, with ``has_score``), ``text`` (None where absent; the whole
+    column None when no unit has text) and ``rank`` (float64, NaN where absent: a rank is an integer in
+    [1, 2**53], which float64 holds exactly, so ``int(rank[i])`` is the record's value). Every reader and
+    :meth:`from_traces` fill ``rank`` (all NaN when no unit has one); a whole column None means its
+    producer did not record ranks, read as absent everywhere (:meth:`ranks`). Scoring never reads it (a
+    list's order is its ranking); it is carried so a converted or re-written dataset keeps it. Readers
+    build these straight from parsed JSON; traces build them with :meth:`from_traces`.
     """
 
     keys: Sequence[tuple[str, int]]
@@ -296,6 +300,11 @@ class UnitColumns:
     score: np.ndarray
     has_score: np.ndarray
     text: Sequence[str | None] | None
+    rank: np.ndarray | None = None
+
+    def ranks(self) -> np.ndarray:
+        """The ``rank`` column, all NaN when the producer recorded none."""
+        return self.rank if self.rank is not None else np.full(len(self.start), math.nan)
 
     @classmethod
     def from_traces(cls, traces: Sequence[Trace]) -> UnitColumns:
@@ -311,7 +320,9 @@ class UnitColumns:
                    score=np.fromiter((math.nan if u.score is None else u.score for u in units), dtype=np.float64,
                                      count=n),
                    has_score=np.fromiter((u.score is not None for u in units), dtype=bool, count=n),
-                   text=texts if any(x is not None for x in texts) else None)
+                   text=texts if any(x is not None for x in texts) else None,
+                   rank=np.fromiter((math.nan if u.rank is None else u.rank for u in units), dtype=np.float64,
+                                    count=n))
 
 
 def first_index_codes(values: Sequence[str]) -> tuple[np.ndarray, dict[str, int]]:
