@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from tests.analysis.test_stream_score import _random_file, _record_line
@@ -96,25 +97,13 @@ def _same(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _unranked(t: Trace) -> dict:
-    """The trace as a dict with every unit's rank cleared (convert does not carry rank)."""
-    d = t.model_dump()
-    for name in ("fused", "reranked", "packed", "cut"):
-        for u in d[name] or []:
-            u["rank"] = None
-    for units in d["branches"].values():
-        for u in units:
-            u["rank"] = None
-    return d
-
-
 def assert_dataset_holds(path, jsonl):
     """The dataset's rows are the JSONL's valid traces (by the plain reader), in file order, once each."""
     _, want, _ = read_traces(jsonl)
     got = dataset_traces(path)
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
-        gd, wd = g.model_dump(), _unranked(w)
+        gd, wd = g.model_dump(), w.model_dump()  # every field, each unit's rank included
         assert _same(gd, wd), (gd, wd)
         assert list(gd["branches"]) == list(wd["branches"])  # a trace's branch order is kept
     return got
@@ -448,3 +437,61 @@ def test_an_empty_or_all_bad_file_gives_an_empty_readable_dataset(tmp_path, caps
     reader = ParquetTraceReader(tmp_path / "b.parquet")
     assert reader.n_rows == 0 and reader.header == RunHeader.model_validate({"run_name": "b",
                                                                              "created": reader.header.created})
+
+
+def _ranks_of_rows(path) -> list[list[int | None]]:
+    """Per dataset row, every unit's rank in ``Trace.unit_lists`` order, read with pyarrow only."""
+    out = []
+    for row in pq.read_table(path).to_pylist():
+        lists = [us for _, us in row["branches"] or []] + [row[n] or [] for n in ("fused", "reranked", "packed", "cut")]
+        out.append([u["rank"] for us in lists for u in us])
+    return out
+
+
+def test_each_units_rank_is_written_as_the_jsonl_line_has_it(tmp_path):
+    rng = random.Random(5)
+    lists_of = ("fused", "reranked", "packed", "cut")
+
+    def unit(i, form):
+        u = {"unit_id": f"u{i}", "doc_id": rng.choice(["d1", "d2"]), "start": i, "end": i + 3}
+        if rng.random() < 0.6:
+            u["rank"] = form(rng.choice([i + 1, 1, 17, 2**53]))
+        return u
+
+    lines = [json.dumps({"type": "header", "run_name": "ranks"})]
+    for q in range(300):
+        # most lines take the Arrow path; a quoted or float rank (which the model coerces) or an escaped key
+        # sends a line down the slow paths
+        kind = rng.choices(["plain", "str", "float", "escaped"], [0.85, 0.05, 0.05, 0.05])[0]
+        form = {"str": str, "float": lambda r: float(r) if r < 2**20 else r}.get(kind, int)
+        rec = {"trace_id": f"t{q}", "query_id": f"q{q}", "trial": 0}
+        if rng.random() < 0.5:
+            rec["branches"] = {b: [unit(i, form) for i in range(rng.randrange(0, 4))] for b in rng.sample("xy", 2)}
+        for name in lists_of:
+            if rng.random() < 0.7:
+                rec[name] = [unit(i, form) for i in range(rng.randrange(0, 6))]
+        line = json.dumps({"type": "trace", **rec})
+        lines.append(line.replace('"trial": 0', '"tri\\u0061l": 0') if kind == "escaped" else line)
+    jsonl = tmp_path / "r.jsonl"
+    jsonl.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    s = convert_jsonl_to_parquet(jsonl, tmp_path / "r.parquet", row_group_size=64, batch_size=50)
+    assert s.bad_lines == 0 and s.traces == 300
+    # oracle 1: the json module (a quoted or float rank is the integer the model makes of it)
+    want = []
+    for line in lines[1:]:
+        rec = json.loads(line)
+        lists = [*(rec.get("branches") or {}).values(), *(rec.get(n) or [] for n in lists_of)]
+        want.append([int(u["rank"]) if "rank" in u else None for us in lists for u in us])
+    # oracle 2: the plain pydantic reader
+    _, traces, problems = read_traces(jsonl)
+    assert problems == []
+    assert want == [[u.rank for _, us in t.unit_lists() for u in us] for t in traces]
+    assert _ranks_of_rows(tmp_path / "r.parquet") == want
+    flat = [r for rs in want for r in rs]
+    assert None in flat and 2**53 in flat and 17 in flat and len(flat) > 1000
+    assert sum('"rank": "' in ln for ln in lines) > 3 and sum('"rank": 17.0' in ln for ln in lines) > 3
+    assert sum("tri\\u0061l" in ln for ln in lines) > 3
+    # and the dataset reads back with the same ranks (NaN where absent), unit for unit
+    back = [r for b in ParquetTraceReader(tmp_path / "r.parquet", batch_size=40) for r in b.units.rank.tolist()]
+    assert np.array_equal(np.asarray(back), np.asarray([math.nan if r is None else r for r in flat]),
+                          equal_nan=True)

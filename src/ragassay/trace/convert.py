@@ -13,10 +13,9 @@ Output is one ``.parquet`` file, or a directory of ``part-00000.parquet``, ... f
 in OUT's directory and renamed to OUT only when complete, so a failed or killed conversion never leaves a
 partial dataset under OUT (dataset readers skip names starting with ``.``).
 
-What is not carried: a unit's ``rank`` (the batch reader validates it but does not keep it, and scoring
-never reads it: a list's order is its ranking); the values written are the validated ones, so a default
-(``trial`` 0, empty lists) is written as its value, an empty ``meta`` as null and any other ``meta`` as
-JSON text (its keys in their order).
+Every field is carried, each unit's ``rank`` included (null where the line had none). The values written
+are the validated ones, so a default (``trial`` 0, empty lists) is written as its value, an empty ``meta``
+as null and any other ``meta`` as JSON text (its keys in their order).
 """
 
 from __future__ import annotations
@@ -264,16 +263,18 @@ def _ranges(first: np.ndarray, lengths: np.ndarray) -> pa.Array:
 
 
 def _units(batch: TraceBatch) -> pa.StructArray:
-    """Every unit of the batch as one struct array of :data:`UNIT_TYPE` (``rank`` null: not kept)."""
+    """Every unit of the batch as one struct array of :data:`UNIT_TYPE`."""
     u = batch.units
     n = len(u.start)
     tokens = np.asarray(batch.tokens, dtype=np.float64)
     no_tokens = np.isnan(tokens)
+    rank = np.asarray(u.ranks(), dtype=np.float64)
+    no_rank = np.isnan(rank)
     text = pa.array(u.text, pa.string()) if u.text is not None else pa.nulls(n, pa.string())
     arrays = [pa.array(u.unit_id, pa.string()), pa.array(u.doc_id, pa.string()),
               pa.array(np.asarray(u.start, dtype=np.int64)), pa.array(np.asarray(u.end, dtype=np.int64)),
               pa.array(np.asarray(u.score, dtype=np.float64), mask=~np.asarray(u.has_score, dtype=bool)),
-              pa.nulls(n, pa.int64()), text,
+              pa.array(np.where(no_rank, 0, rank).astype(np.int64), mask=no_rank), text,
               pa.array(np.where(no_tokens, 0, tokens).astype(np.int64), mask=no_tokens)]
     return pa.StructArray.from_arrays(arrays, fields=list(UNIT_TYPE))
 
