@@ -87,3 +87,29 @@ def test_equal_on_10k_random_items_written_out_of_order(tmp_path):
     assert [r["metric"] for r in want["per_stratum"]][-1] == "a_late"
     assert sum(r["n_defined"] + r["n_undefined"] for r in want["metrics"]) == want["n_rows"]
     assert 0 < want["latency_ms"]["n"] < n * trials and 0 < want["judged_fraction"]["n_undefined"]
+
+
+@pytest.mark.parametrize("n_metrics", [0, 1, 2, 5])
+def test_metric_rows_fetched_two_at_a_time_come_in_order_and_equal_a_serial_fetch(tmp_path, n_metrics):
+    import threading
+
+    from ragassay.analysis.summary import _sorted_metric_rows
+
+    rng = np.random.default_rng(n_metrics)
+    names = [f"m{k}" for k in range(n_metrics)]
+    with Store.open(tmp_path / "s.duckdb") as st:
+        run_id = st.create_run(_record("fetch"))
+        n = 300
+        rows = {"query_id": [f"q{i}" for i in rng.permutation(n) for _ in names],
+                "trial": [0] * (n * n_metrics), "metric": names * n,
+                "value": rng.random(n * n_metrics).tolist(), "stratum": ["s"] * (n * n_metrics),
+                "latency_ms": rng.random(n * n_metrics).tolist(), "judged_fraction": [None] * (n * n_metrics)}
+        if n_metrics:
+            st.write_batch(run_id, rows)
+        got = list(_sorted_metric_rows(st.connection, run_id, names))
+        want = [st.connection.sql(f"SELECT query_id, trial, value, stratum{', latency_ms, judged_fraction' if i == 0 else ''} "
+                                  "FROM results WHERE run_id = $r AND metric = $m ORDER BY query_id, trial",
+                                  params={"r": run_id, "m": m}).to_arrow_table() for i, m in enumerate(names)]
+    assert len(got) == n_metrics and all(g.equals(w) for g, w in zip(got, want, strict=True))
+    assert all(g.num_rows == n for g in got)
+    assert not any(t.name.startswith("ragassay-summary") for t in threading.enumerate())

@@ -3,6 +3,7 @@ defined/undefined counts, the judged fraction, and latency percentiles over the 
 
 from __future__ import annotations
 
+import collections
 import math
 
 import numpy as np
@@ -117,6 +118,39 @@ def _distinct_sorted(t) -> bool:
     return not pc.any(same).as_py()
 
 
+def _sorted_metric_rows(con, run_id: str, names: list[str]):
+    """Each metric's rows (query_id, trial, value, stratum; the first metric's with latency_ms and
+    judged_fraction), sorted by (query_id, trial), in the order of ``names``. Two are fetched at a time,
+    each on a cursor of its own (DuckDB runs the two sorts side by side, outside the GIL); at most two
+    metrics' rows wait beside the one being summed."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    local, cursors = threading.local(), []
+    lock = threading.Lock()
+
+    def fetch(i: int):
+        cur = getattr(local, "cursor", None)
+        if cur is None:
+            cur = local.cursor = con.cursor()
+            with lock:
+                cursors.append(cur)
+        extra = ", latency_ms, judged_fraction" if i == 0 else ""
+        return cur.sql(f"SELECT query_id, trial, value, stratum{extra} FROM results WHERE run_id = $r AND "
+                       "metric = $m ORDER BY query_id, trial", params={"r": run_id, "m": names[i]}).to_arrow_table()
+
+    try:
+        with ThreadPoolExecutor(2, thread_name_prefix="ragassay-summary") as pool:
+            ahead: collections.deque = collections.deque()
+            for i in range(len(names)):
+                while len(ahead) < 2 and i + len(ahead) < len(names):
+                    ahead.append(pool.submit(fetch, i + len(ahead)))
+                yield ahead.popleft().result()
+    finally:
+        for cur in cursors:
+            cur.close()
+
+
 def stored_run_summary(store, run_id: str) -> dict:
     """:func:`run_summary` of a stored run (full ``run_id``), equal to ``run_summary(store.results(run_id))``
     bit for bit but read one metric at a time, so memory holds one metric's rows and not the whole run
@@ -138,10 +172,7 @@ def stored_run_summary(store, run_id: str) -> dict:
     first_seen, per_metric, per_cell = [], {}, {}
     n_rows = 0
     firsts = items = None  # the first metric's rows, and its (query_id, trial) columns while all metrics match
-    for m in names:
-        extra = ", latency_ms, judged_fraction" if firsts is None else ""
-        t = con.sql(f"SELECT query_id, trial, value, stratum{extra} FROM results WHERE run_id = $r AND metric = $m "
-                    "ORDER BY query_id, trial", params={"r": run_id, "m": m}).to_arrow_table()
+    for m, t in zip(names, _sorted_metric_rows(con, run_id, names), strict=True):
         if firsts is None:
             firsts = t.select(["latency_ms", "judged_fraction"])
             items = (t.column("query_id"), t.column("trial")) if _distinct_sorted(t) else None
