@@ -28,6 +28,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 from pydantic import BaseModel
 
+from ragassay._arrow_json import ESCAPED_KEY, filled, parse_lines, valid
+from ragassay._arrow_json import MIN_PIECE as _MIN_PIECE  # a module global: tests shrink it
 from ragassay.golden.schema import Evidence, GoldenQuery, Nugget, _identifier, _not_blank
 
 _EV_TYPES = {"doc_id": pa.string(), "start": pa.int64(), "end": pa.int64(), "grade": pa.int64(),
@@ -49,15 +51,10 @@ _MATCHES = typing.get_args(Evidence.model_fields["match"].annotation)
 _MATCH_DEFAULT = Evidence.model_fields["match"].default
 _SOURCE_DEFAULT = GoldenQuery.model_fields["source"].default
 _VITAL_DEFAULT = Nugget.model_fields["vital"].default
-# A key containing an escape: from a backslash's escape pair, string characters up to a quote followed by
-# a colon. Every key with an escape matches (at its last escape); a value never does unless it contains an
-# escaped quote, which only costs that line the slow path.
-_ESCAPED_KEY = re.compile(rb'\\.(?:[^"\\]|\\.)*"\s*:')
 # Arrow's type inference (of an unknown key's value) is quadratic in nesting depth; a built record nests
 # three levels, so deeper lines go the slow way.
 _MAX_DEPTH = 64
 _JSON_SPACE = np.frombuffer(b" \t\r\n", dtype=np.uint8)
-_MIN_PIECE = 64  # a failing piece this small is handed back whole rather than split again
 _PIECE_BYTES = 1 << 21  # lines are parsed about 2 MB at a time: Arrow's copy of a piece stays small
 # A model instance as pydantic's validator leaves it (extra="forbid": no extras; no private attributes), set
 # through BaseModel's own slot descriptors (half the time of object.__setattr__ by name)
@@ -158,7 +155,7 @@ def _pieces(src: bytes, starts: np.ndarray, ends: np.ndarray, lines: np.ndarray,
         buf = b"\n".join(src[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)) + b"\n"
         lengths = ends - starts + 1
         row_starts = np.cumsum(lengths) - lengths
-    table = _parse(buf, n)
+    table = parse_lines(buf, n, _PARSE)
     if table is None:
         if n <= _MIN_PIECE:
             rest.extend((int(ln), src[s:e]) for ln, s, e in zip(lines, starts, ends, strict=True))
@@ -176,17 +173,6 @@ def _pieces(src: bytes, starts: np.ndarray, ends: np.ndarray, lines: np.ndarray,
         rest.append((int(lines[i]), src[int(starts[i]):int(ends[i])]))
 
 
-def _parse(data: bytes, n_lines: int) -> pa.Table | None:
-    try:
-        table = pj.read_json(pa.BufferReader(data),
-                             read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 16, len(data) + 1)),
-                             parse_options=_PARSE)
-        table.validate(full=True)  # Arrow's JSON reader copies string bytes without checking their UTF-8
-    except (pa.ArrowException, UnicodeDecodeError):
-        return None
-    # A line holding two objects would shift every later row; lines start with '{' and end with '}', so
-    # no object spans two lines and equal counts mean one row per line.
-    return table if table.num_rows == n_lines else None
 
 
 def _column(table: pa.Table, name: str) -> pa.Array:
@@ -199,12 +185,8 @@ def _item_type(table: pa.Table, name: str) -> pa.StructType:
     return table.schema.field(name).type.value_type
 
 
-def _np(arr: pa.Array, fill) -> np.ndarray:
-    return pc.fill_null(arr, fill).to_numpy(zero_copy_only=False)
 
 
-def _valid(arr: pa.Array) -> np.ndarray:
-    return arr.is_valid().to_numpy(zero_copy_only=False)
 
 
 class _Rows:
@@ -218,7 +200,7 @@ class _Rows:
         # lines holding a backslash: handed back when one of their keys has an escape
         bs = _between(np.frombuffer(buf, dtype=np.uint8) == 92, starts, ends)
         for i in np.flatnonzero(bs).tolist():
-            if _ESCAPED_KEY.search(buf, int(starts[i]), int(ends[i])) is not None:
+            if ESCAPED_KEY.search(buf, int(starts[i]), int(ends[i])) is not None:
                 self.slow[i] = True
 
     def _rows_of(self, at) -> np.ndarray:
@@ -266,7 +248,7 @@ def _list_column(arr: pa.Array, rows: _Rows, name: str, types: dict[str, pa.Data
                  ) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     """A list column: (per-row present flag, per-row offsets into the flat values, flat values). A null
     is an error where the key was written (slow) and the default where it was not."""
-    present = _valid(arr)
+    present = valid(arr)
     offsets = arr.offsets.to_numpy().astype(np.int64)
     if not present.all():
         # a null written as such is an error; a null list must also hold no items (the default is [])
@@ -274,7 +256,7 @@ def _list_column(arr: pa.Array, rows: _Rows, name: str, types: dict[str, pa.Data
     values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
     offsets = offsets - offsets[0]
     owner = np.repeat(np.arange(rows.n), np.diff(offsets))
-    bad = ~_valid(values)  # a null item: the model wants a string or an object there
+    bad = ~valid(values)  # a null item: the model wants a string or an object there
     if types is not None:
         for f in values.type:
             if f.name not in types:  # a key the model forbids
@@ -300,14 +282,14 @@ def _check_and_build(table: pa.Table, buf: bytes, starts: np.ndarray, ends: np.n
         rows.known_keys_only = False
     col = {name: _column(table, name) for name in _SCHEMA.names}
     for name in ("query_id", "question", "stratum", "answerable"):
-        rows.slow |= ~_valid(col[name])  # required: absent and null are both errors
-    src_present = _valid(col["source"])
+        rows.slow |= ~valid(col[name])  # required: absent and null are both errors
+    src_present = valid(col["source"])
     if not src_present.all():
         rows.slow |= ~src_present & (rows.key_count("source", top=True) > 0)
     opt_present = {}
     for name in ("reference_answer", "created"):  # None is a value: a null counts as given when written
-        valid = _valid(col[name])
-        opt_present[name] = valid | ((rows.key_count(name, top=True) > 0) if not valid.all() else False)
+        given = valid(col[name])
+        opt_present[name] = given | ((rows.key_count(name, top=True) > 0) if not given.all() else False)
 
     tags_present, tags_off, tags_values = _list_column(col["tags"], rows, "tags", None)
     ev_present, ev_off, ev = _list_column(col["evidence"], rows, "evidence", _EV_TYPES)
@@ -318,10 +300,10 @@ def _check_and_build(table: pa.Table, buf: bytes, starts: np.ndarray, ends: np.n
     ev_owner = np.repeat(np.arange(n), np.diff(ev_off))
     ev_bad = np.zeros(len(ev), dtype=bool)
     for key in ("doc_id", "start", "end", "grade", "quote"):
-        ev_bad |= ~_valid(ev.field(key))
+        ev_bad |= ~valid(ev.field(key))
     match = ev.field("match")
-    match_given = _valid(match)
-    ev_bad |= match_given & ~_np(pc.is_in(match, pa.array(_MATCHES, pa.string())), False)
+    match_given = valid(match)
+    ev_bad |= match_given & ~filled(pc.is_in(match, pa.array(_MATCHES, pa.string())), False)
     if len(ev_owner):
         rows.slow |= np.bincount(ev_owner[ev_bad], minlength=n).astype(bool)
         if not match_given.all():
@@ -330,7 +312,7 @@ def _check_and_build(table: pa.Table, buf: bytes, starts: np.ndarray, ends: np.n
     # nuggets: the id and text rules, run by the model's own functions; `vital` as `match`
     nu_owner = np.repeat(np.arange(n), np.diff(nu_off))
     vital = nu.field("vital")
-    vital_given = _valid(vital)
+    vital_given = valid(vital)
     nu_ids, nu_texts = nu.field("id").to_pylist(), nu.field("text").to_pylist()
     if len(nu_owner):
         nu_bad = np.fromiter((not (_ok(_identifier, i) and _ok(_not_blank, t)) for i, t in zip(nu_ids, nu_texts, strict=True)),
@@ -402,7 +384,7 @@ def _strs(arr: pa.Array) -> list:
         return []
     d = pc.dictionary_encode(arr)
     distinct = np.asarray(d.dictionary.to_pylist() + [None], dtype=object)
-    codes = _np(d.indices, len(d.dictionary))
+    codes = filled(d.indices, len(d.dictionary))
     return distinct[codes].tolist()
 
 

@@ -26,6 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from ragassay._arrow_json import ESCAPED_KEY, filled, parse_lines, valid
+from ragassay._arrow_json import MIN_PIECE as _MIN_PIECE  # a module global: tests shrink it
 from ragassay.trace.schema import Citation, CodedStrings, Trace, UnitColumns
 
 _BIG = 2**53
@@ -45,17 +47,12 @@ _TOP = frozenset(Trace.model_fields) | {"type"}
 # a tuple, made an Arrow array where used: pa.array at import time would import pandas (pyarrow's pandas
 # shim), 0.2 s on every command that merely imports the readers
 _OUTCOMES = ("answered", "abstained", "refused", "error")
-# A key containing an escape: from a backslash's escape pair, string characters up to a quote followed by
-# a colon. Every key with an escape matches (at its last escape); a value never does unless it contains an
-# escaped quote, which only costs that line the slow path.
-_ESCAPED_KEY = re.compile(rb'\\.(?:[^"\\]|\\.)*"\s*:')
 # orjson reads an integer literal wider than 64 bits as a float, where the json module keeps the int: a
 # line with a run of 20 digits (in a number or not) is left to the json module.
 LONG_INT = re.compile(rb"\d{20}")
 # Arrow's type inference is quadratic in nesting depth (a 5,000-deep meta takes seconds); the json module
 # stops near 1,000 and traces nest a few levels, so deeper lines go the slow way.
 _MAX_DEPTH = 256
-_MIN_PIECE = 64  # a failing piece this small is handed back whole rather than split again
 _PARSE = pj.ParseOptions(explicit_schema=_SCHEMA, newlines_in_values=False, unexpected_field_behavior="infer")
 _TRACE_FIELDS_SET = set(Trace.model_fields)  # one shared set, as trusted_units does for Unit
 
@@ -145,7 +142,7 @@ def _pieces(lines: list[tuple[int, bytes]], parts: list[Part], rest: list[tuple[
     if not lines:
         return
     data = b"".join(b for _, b in lines)  # each line keeps its newline; only the file's last may lack one
-    table = _parse(data, len(lines))
+    table = parse_lines(data, len(lines), _PARSE)
     if table is None:
         if len(lines) <= _MIN_PIECE:
             rest.extend(lines)
@@ -166,30 +163,15 @@ def _depth(blob: bytes) -> int:
     return int(np.cumsum(step).max()) if len(step) else 0
 
 
-def _parse(data: bytes, n_lines: int) -> pa.Table | None:
-    try:
-        table = pj.read_json(pa.BufferReader(data),
-                             read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 16, len(data) + 1)),
-                             parse_options=_PARSE)
-        table.validate(full=True)  # Arrow's JSON reader copies string bytes without checking their UTF-8
-    except (pa.ArrowException, UnicodeDecodeError):
-        return None
-    # A line holding two objects would shift every later row; lines start with '{' and end with '}', so
-    # no object spans two lines and equal counts mean one row per line.
-    return table if table.num_rows == n_lines else None
 
 
-def _np(arr: pa.Array, fill) -> np.ndarray:
-    return pc.fill_null(arr, fill).to_numpy(zero_copy_only=False)
 
 
-def _valid(arr: pa.Array) -> np.ndarray:
-    return arr.is_valid().to_numpy(zero_copy_only=False)
 
 
 def _in_range(arr: pa.Array, lo: int, hi: int) -> np.ndarray:
     """Per value: null, or an integer in [lo, hi]."""
-    v = _np(arr, lo)
+    v = filled(arr, lo)
     return (v >= lo) & (v <= hi)
 
 
@@ -199,7 +181,7 @@ class _Rows:
     def __init__(self, blobs: list[bytes], data: bytes):
         self.blobs, self.data = blobs, data
         self._null_keys: set[bytes] | None = None
-        self.slow = np.asarray([b"\\" in b and _ESCAPED_KEY.search(b) is not None for b in blobs], dtype=bool)
+        self.slow = np.asarray([b"\\" in b and ESCAPED_KEY.search(b) is not None for b in blobs], dtype=bool)
 
     def mentions(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Of the rows flagged in ``rows``, those whose line contains the quoted key ``name``."""
@@ -262,7 +244,7 @@ def _list_units(arr: pa.Array, rows: _Rows) -> tuple[pa.Array, np.ndarray, np.nd
     lengths); rows with a unit the model would not take as it is are flagged slow. None when the column's
     type is no list (every row with a value is flagged)."""
     n = len(arr)
-    present = _valid(arr)
+    present = valid(arr)
     if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
         rows.slow |= present
         return None
@@ -281,7 +263,7 @@ def _list_units(arr: pa.Array, rows: _Rows) -> tuple[pa.Array, np.ndarray, np.nd
         values = pa.StructArray.from_arrays([pa.nulls(len(values), t) for t in _UNIT_TYPES.values()],
                                             names=list(_UNIT_TYPES))
     else:
-        bad |= ~_valid(values)
+        bad |= ~valid(values)
         has_unit = np.zeros(n, dtype=bool)
         has_unit[owner] = True
         rows.unknown_children(values, frozenset(_UNIT_TYPES), has_unit)
@@ -290,15 +272,15 @@ def _list_units(arr: pa.Array, rows: _Rows) -> tuple[pa.Array, np.ndarray, np.nd
             child = values.field(key) if values.type.get_field_index(key) >= 0 else pa.nulls(len(values), typ)
             if child.type != typ and not (pa.types.is_null(child.type)
                                           or (key == "score" and pa.types.is_int64(child.type))):
-                bad |= _valid(child)  # a value of another JSON type: the model decides
+                bad |= valid(child)  # a value of another JSON type: the model decides
                 child = pa.nulls(len(values), typ)
             children[key] = child.cast(typ, safe=False)  # an int score rounds as float(int) does
         for key in ("unit_id", "doc_id"):
-            bad |= ~_np(pc.greater(pc.binary_length(children[key]), 0), False)
+            bad |= ~filled(pc.greater(pc.binary_length(children[key]), 0), False)
         for key in ("start", "end"):
-            bad |= ~_valid(children[key]) | ~_in_range(children[key], -_BIG, _BIG)
+            bad |= ~valid(children[key]) | ~_in_range(children[key], -_BIG, _BIG)
         bad |= ~_in_range(children["rank"], 1, _BIG) | ~_in_range(children["tokens"], 0, _BIG)
-        score = _np(children["score"], 1.0)
+        score = filled(children["score"], 1.0)
         # a JSON -0 is int 0 to the json module (score 0.0) but -0.0 to Arrow
         bad |= (score == 0) & np.signbit(score)
         values = pa.StructArray.from_arrays(list(children.values()), names=list(children))
@@ -314,21 +296,21 @@ def _validate(table: pa.Table, lines: list[tuple[int, bytes]], data: bytes) -> t
     for name in col:
         if name not in _TOP:
             rows.slow |= rows.mentions(name, np.ones(n, dtype=bool))
-    rows.slow |= ~_np(pc.equal(col["type"], "trace"), False)
+    rows.slow |= ~filled(pc.equal(col["type"], "trace"), False)
     for name in ("trace_id", "query_id"):
-        rows.slow |= ~_np(pc.greater(pc.binary_length(col[name]), 0), False)
+        rows.slow |= ~filled(pc.greater(pc.binary_length(col[name]), 0), False)
     for name, lo in (("trial", 0), ("packed_tokens", 0)):
-        rows.null_is_absent(name, _valid(col[name]))
+        rows.null_is_absent(name, valid(col[name]))
         rows.slow |= ~_in_range(col[name], lo, _BIG)
     for name in ("tokens_in", "tokens_out"):
         rows.slow |= ~_in_range(col[name], 0, _BIG)
-    cost = _np(col["cost"], 0.0)
+    cost = filled(col["cost"], 0.0)
     rows.slow |= ~(np.isfinite(cost) & (cost >= 0)) | ((cost == 0) & np.signbit(cost))
     outcome = col["outcome"]
-    rows.slow |= ~_np(pc.or_(pc.is_null(outcome), pc.is_in(outcome, pa.array(_OUTCOMES, pa.string()))), False)
+    rows.slow |= ~filled(pc.or_(pc.is_null(outcome), pc.is_in(outcome, pa.array(_OUTCOMES, pa.string()))), False)
     # Trace._consistent
-    rows.slow |= _np(pc.equal(outcome, "error"), False) & ~_np(pc.greater(pc.binary_length(col["error"]), 0), False)
-    rows.slow |= _np(pc.equal(outcome, "answered"), False) & ~_valid(col["answer"])
+    rows.slow |= filled(pc.equal(outcome, "error"), False) & ~filled(pc.greater(pc.binary_length(col["error"]), 0), False)
+    rows.slow |= filled(pc.equal(outcome, "answered"), False) & ~valid(col["answer"])
 
     # the unit lists: (source name, flat values, offsets, lengths); branches first, in the batch's key order
     sources: list[tuple[str, pa.Array, np.ndarray, np.ndarray]] = []
@@ -336,12 +318,12 @@ def _validate(table: pa.Table, lines: list[tuple[int, bytes]], data: bytes) -> t
     branch_present: list[np.ndarray] = []
     branches = col.get("branches")
     if branches is not None:
-        present = _valid(branches)
+        present = valid(branches)
         rows.null_is_absent("branches", present)
         if pa.types.is_struct(branches.type):
             for f in branches.type:
                 child = branches.field(f.name)
-                child_present = present & _valid(child)
+                child_present = present & valid(child)
                 rows.null_is_absent(f.name, child_present | ~present)
                 got = _list_units(child, rows)
                 if got is not None:
@@ -353,21 +335,21 @@ def _validate(table: pa.Table, lines: list[tuple[int, bytes]], data: bytes) -> t
     for name in _LISTS:
         arr = col[name]
         if name != "reranked":
-            rows.null_is_absent(name, _valid(arr))
+            rows.null_is_absent(name, valid(arr))
         sources.append((name, *_list_units(arr, rows)))
     packed_src = sources[-2]
-    tok = _np(packed_src[1].field("tokens"), -1)
+    tok = filled(packed_src[1].field("tokens"), -1)
     seg = np.repeat(np.arange(n), np.diff(packed_src[2]))
     known = np.bincount(seg, weights=tok >= 0, minlength=n)
     total = np.bincount(seg, weights=np.maximum(tok, 0), minlength=n)
-    rows.slow |= (packed_src[3] > 0) & (known == packed_src[3]) & (total != _np(col["packed_tokens"], 0))
+    rows.slow |= (packed_src[3] > 0) & (known == packed_src[3]) & (total != filled(col["packed_tokens"], 0))
 
     citations = _citations(col.get("citations"), rows)
     durations = _durations(col.get("durations_ms"), rows)
     meta = col.get("meta")
     meta_present = np.zeros(n, dtype=bool)
     if meta is not None:
-        meta_present = _valid(meta)
+        meta_present = valid(meta)
         rows.null_is_absent("meta", meta_present)
         if not pa.types.is_struct(meta.type):
             rows.slow |= meta_present
@@ -398,7 +380,7 @@ def _present(arr: pa.Array | None, rows: _Rows, name: str, is_kind) -> np.ndarra
     or when Arrow typed it otherwise (the rows holding it are then handed back to the slow path)."""
     if arr is None:
         return None
-    present = _valid(arr)
+    present = valid(arr)
     rows.null_is_absent(name, present)
     if pa.types.is_null(arr.type):
         return None
@@ -420,11 +402,11 @@ def _citations(arr: pa.Array | None, rows: _Rows) -> list | None:
     vt = values.type
     new, setattr_ = object.__new__, object.__setattr__
     if pa.types.is_string(vt):
-        bad = ~_np(pc.greater(pc.binary_length(values), 0), False)
+        bad = ~filled(pc.greater(pc.binary_length(values), 0), False)
         fields = [values.to_pylist(), [None] * len(values), [None] * len(values), [None] * len(values)]
         fields_set = {"unit_id"}
     elif pa.types.is_struct(vt):
-        bad = ~_valid(values)
+        bad = ~valid(values)
         has = np.zeros(n, dtype=bool)
         has[owner] = True
         rows.unknown_children(values, frozenset(Citation.model_fields), has)
@@ -433,13 +415,13 @@ def _citations(arr: pa.Array | None, rows: _Rows) -> list | None:
                          ("end", pa.int64())):
             child = values.field(key) if vt.get_field_index(key) >= 0 else pa.nulls(len(values), typ)
             if child.type != typ and not pa.types.is_null(child.type):
-                bad |= _valid(child)
+                bad |= valid(child)
                 child = pa.nulls(len(values), typ)
             kids[key] = child.cast(typ)
-        bad |= ~_np(pc.greater(pc.binary_length(kids["unit_id"]), 0), False)
+        bad |= ~filled(pc.greater(pc.binary_length(kids["unit_id"]), 0), False)
         s, e = kids["start"], kids["end"]
-        sv, ev = _valid(s), _valid(e)
-        bad |= (sv != ev) | (_np(s, 0) < 0) | (_np(e, 0) < _np(s, 0))
+        sv, ev = valid(s), valid(e)
+        bad |= (sv != ev) | (filled(s, 0) < 0) | (filled(e, 0) < filled(s, 0))
         fields = [kids[k].to_pylist() for k in ("unit_id", "doc_id", "start", "end")]
         fields_set = None
     elif pa.types.is_null(vt):
@@ -476,12 +458,12 @@ def _durations(arr: pa.Array | None, rows: _Rows) -> list[dict] | None:
     gaps = np.zeros(n, dtype=bool)
     for f in arr.type:
         child = arr.field(f.name)
-        child_present = present & _valid(child)
+        child_present = present & valid(child)
         rows.null_is_absent(f.name, child_present | ~present)
         if pa.types.is_int64(child.type) or pa.types.is_null(child.type):
-            v = _np(child.cast(pa.float64(), safe=False), math.nan)
+            v = filled(child.cast(pa.float64(), safe=False), math.nan)
         elif pa.types.is_float64(child.type):
-            v = _np(child, math.nan)
+            v = filled(child, math.nan)
             rows.slow |= child_present & (v == 0) & np.signbit(v)  # a JSON -0 is 0.0 to the model
         else:
             rows.slow |= child_present
@@ -511,8 +493,8 @@ def _build(table, col, lines, ok, sources, branch_names, branch_present, citatio
 
     qid, trial = py("query_id"), [t if t is not None else 0 for t in py("trial")]
     keys = list(zip(qid, trial, strict=True))
-    reranked = _valid(col["reranked"])[idx].tolist()
-    packed_tokens = _np(col["packed_tokens"], 0)[idx].tolist()
+    reranked = valid(col["reranked"])[idx].tolist()
+    packed_tokens = filled(col["packed_tokens"], 0)[idx].tolist()
     cols_py = {name: py(name) for name in ("trace_id", "question", "answer", "outcome", "error", "tokens_in",
                                            "tokens_out", "cost")}
     present = np.asarray(branch_present, dtype=bool).reshape(len(branch_names), n)
@@ -575,10 +557,10 @@ def _build(table, col, lines, ok, sources, branch_names, branch_present, citatio
                         lengths=length, unit_id=_strs(flat["unit_id"]), doc_id=_strs(flat["doc_id"]),
                         start=flat["start"].to_numpy(zero_copy_only=False),
                         end=flat["end"].to_numpy(zero_copy_only=False),
-                        score=_np(score, math.nan), has_score=_valid(score),
+                        score=filled(score, math.nan), has_score=valid(score),
                         text=text.to_pylist() if text.null_count < len(text) else None,
-                        rank=_np(flat["rank"].cast(pa.float64()), math.nan))
-    tokens = _np(flat["tokens"].cast(pa.float64()), math.nan)
+                        rank=filled(flat["rank"].cast(pa.float64()), math.nan))
+    tokens = filled(flat["tokens"].cast(pa.float64()), math.nan)
     return Part(lineno[idx], traces, units, list_trace, tokens)
 
 
