@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+_lock = threading.Lock()
+_pauses = 0  # blocks inside gc_paused now, on any thread
+_was_enabled = False  # the collector's state when the first of them began
 
 
 @contextmanager
@@ -13,15 +18,23 @@ def gc_paused() -> Iterator[None]:
 
     A batch allocates tens of thousands of small acyclic objects (units, their dicts); each allocation burst
     triggers generation scans that cost about a third of a warm run and can free nothing. Reference
-    counting still frees everything as usual, and the collector's previous state is restored on exit.
+    counting still frees everything as usual. The collector's switch is one for the whole process, so the
+    pauses are counted: threads pausing at once (the trace reader's parse threads beside the scoring loop)
+    keep it off until the last of them ends, and only then is the state before the first restored.
     """
-    was_enabled = gc.isenabled()
-    gc.disable()
+    global _pauses, _was_enabled
+    with _lock:
+        if _pauses == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _pauses += 1
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        with _lock:
+            _pauses -= 1
+            if _pauses == 0 and _was_enabled:
+                gc.enable()
 
 
 @contextmanager

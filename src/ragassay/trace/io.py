@@ -8,7 +8,6 @@ returned as a :class:`Problem` with its 1-based line number, and strict mode rai
 from __future__ import annotations
 
 import collections
-import gc
 import itertools
 import json
 import math
@@ -29,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 from pydantic import ValidationError
 
+from ragassay._gc import gc_paused
 from ragassay.errors import SchemaError
 from ragassay.trace._arrow_batch import LONG_INT, Part, concat_parts, read_lines, select
 from ragassay.trace.schema import RunHeader, Trace, Unit, UnitColumns
@@ -477,13 +477,8 @@ PARSE_THREADS = 2  # batches parsed at once ahead of the one being finished
 def _read_fast(pending: list[tuple[int, bytes]]) -> tuple[Part, list[tuple[int, bytes]]]:
     """:func:`read_lines` of a batch's lines, with line 1 (the header, perhaps behind a byte-order mark)
     always handed back: it is read the slow way. Touches no reader state, so it runs on any thread."""
-    was_enabled = gc.isenabled()
-    gc.disable()  # millions of acyclic objects: generation scans would free nothing
-    try:
+    with gc_paused():  # millions of acyclic objects: generation scans would free nothing
         fast, rest = read_lines([lb for lb in pending if lb[0] != 1])
-    finally:
-        if was_enabled:
-            gc.enable()
     if pending and pending[0][0] == 1:
         rest.insert(0, pending[0])
     return fast, rest
@@ -558,9 +553,7 @@ class TraceBatchReader:
         problems: list[Problem] = []
         blobs = dict(pending)
         self._coerced = set()
-        was_enabled = gc.isenabled()
-        gc.disable()  # parsing allocates millions of acyclic objects; generation scans would free nothing
-        try:
+        with gc_paused():  # parsing allocates millions of acyclic objects; generation scans would free nothing
             fast, rest = parsed if parsed is not None else _read_fast(pending)
             if not replay:
                 self.n_records += len(fast.traces)
@@ -587,9 +580,6 @@ class TraceBatchReader:
                     keep.append(i)
             if len(keep) < len(part.traces):
                 part = select(part, np.asarray(keep, dtype=np.int64))
-        finally:
-            if was_enabled:
-                gc.enable()
         if not replay:
             problems.sort(key=lambda p: p.line)
             self.problems.extend(problems)
