@@ -9,7 +9,7 @@ import pytest
 from tests.analysis.test_stream_score import _random_file, _stored
 
 from ragassay.analysis.runner import load_inputs, score_traces_into_store
-from ragassay.analysis.stream import BatchWriter, _prefetched
+from ragassay.analysis.stream import BatchWriter, ReadAhead
 from ragassay.store import Store
 
 
@@ -22,7 +22,11 @@ def test_prefetched_yields_in_order_and_holds_the_lock_while_reading():
             held.append(lock.locked())
             yield i
 
-    assert list(_prefetched(batches(), lock)) == list(range(50))
+    ahead = ReadAhead(batches, lock)
+    try:
+        assert list(ahead.batches()) == list(range(50))
+    finally:
+        ahead.close()
     assert held == [True] * 50  # a replay on the scoring thread cannot run beside a read
 
 
@@ -32,9 +36,11 @@ def test_prefetched_raises_the_readers_error_after_the_batches_before_it():
         raise ValueError("line 7: broken")
 
     got = []
+    ahead = ReadAhead(batches, threading.Lock())
     with pytest.raises(ValueError, match="line 7"):
-        for b in _prefetched(batches(), threading.Lock()):
+        for b in ahead.batches():
             got.append(b)
+    ahead.close()
     assert got == [0, 1, 2]
 
 
@@ -46,9 +52,10 @@ def test_prefetched_reader_stops_when_the_consumer_stops():
             produced.append(i)
             yield i
 
-    gen = _prefetched(batches(), threading.Lock())
+    ahead = ReadAhead(batches, threading.Lock())
+    gen = ahead.batches()
     assert [next(gen) for _ in range(3)] == [0, 1, 2]
-    gen.close()  # the scoring loop raised: the reader must not run on through the file
+    ahead.close()  # the scoring loop raised: the reader must not run on through the file
     assert not any(t.name == "ragassay-trace-reader" for t in threading.enumerate())
     assert len(produced) <= 6  # one batch handed over, one in the queue, one read and refused
 

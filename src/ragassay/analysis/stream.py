@@ -373,7 +373,7 @@ def _stream_score(store, traces_path, corpus, golden, opt, labels, name, allow_p
     # set and corpus would free nothing and grow with the run
     with gc_paused():
         try:
-            for batch in _chain(first, batches):
+            for batch in itertools.chain([first] if first is not None else [], batches):
                 _one_batch(batch)
         finally:
             writer.close()
@@ -404,24 +404,8 @@ def _stream_score(store, traces_path, corpus, golden, opt, labels, name, allow_p
                     "pin_mismatch": mismatch}
 
 
-def _chain(first: TraceBatch | None, rest):
-    if first is not None:
-        yield first
-    yield from rest
-
-
 _END = object()
 EARLY_BATCHES = 12  # batches read ahead while the golden set and corpus load (at 2,048 traces, ~10 MB each)
-
-
-def _prefetched(batches, lock: threading.Lock, early: int = 0):
-    """``batches``, each read by a helper thread while the one before it is scored: Arrow's JSON parse and
-    DuckDB's writes release the GIL, so a second core does them beside the scoring. See :class:`ReadAhead`."""
-    ahead = ReadAhead(lambda: batches, lock, early=early)
-    try:
-        yield from ahead.batches()
-    finally:
-        ahead.close()
 
 
 class ReadAhead:
