@@ -271,3 +271,41 @@ def test_rows_that_fail_a_column_check_are_handed_back_one_by_one(tmp_path):
     part, rest = read_lines(numbered)
     assert part.lines.tolist() == list(range(2, 22))
     assert [ln for ln, _ in rest] == list(range(22, 28))
+
+
+def _dated(q: int, **extra) -> bytes:
+    day = f"2024-01-{q % 28 + 1:02d}"
+    rec = {"type": "trace", "trace_id": f"{day}T10:00:{q % 60:02d}", "query_id": day, "trial": q // 28,
+           "answer": day, "outcome": "answered",
+           "fused": [{"unit_id": day, "doc_id": day, "start": 0, "end": 5, "score": 1}], **extra}
+    return json.dumps(rec).encode()
+
+
+@pytest.mark.parametrize("case", ["dates", "int cost", "all-null fields", "float start", "fused not a list"])
+def test_pieces_whose_inferred_types_differ_from_the_schema_read_as_the_plain_reader_reads_them(tmp_path, case):
+    """Arrow infers a piece's types before they are conformed to the trace schema: strings that all look like
+    dates come back as timestamps, integer costs as integers, fields no line has as absent. Each reads as the
+    plain reader reads it, and a single bad unit field costs its line, not the piece."""
+    n = 200
+    if case == "dates":
+        lines = [_dated(q) for q in range(n)]
+    elif case == "int cost":
+        lines = [_dated(q, query_id=f"q{q}", trace_id=f"t{q}", cost=q % 3, tokens_in=5) for q in range(n)]
+    elif case == "all-null fields":
+        lines = [_dated(q, query_id=f"q{q}", trace_id=f"t{q}", answer=None, outcome=None, cost=None, reranked=None,
+                        tokens_in=None, question=None, packed=[]) for q in range(n)]
+    elif case == "float start":
+        lines = [_clean(q) for q in range(n)]
+        lines[77] = HOSTILE["float start (coerced)"]
+    else:
+        lines = [_clean(q) for q in range(n)]
+        lines[3] = b'{' + _T + b'"query_id": "h", "fused": 5}'
+    path = _write(tmp_path, [HEADER, *lines])
+    _assert_same_as_plain(path, 2048)
+    part, rest = read_lines([(i, b + b"\n") for i, b in enumerate(lines, start=2)])
+    n_bad = 1 if case in ("float start", "fused not a list") else 0
+    assert len(rest) <= 64 * n_bad and len(part.traces) + len(rest) == n
+    if case == "dates":
+        assert part.traces[0].query_id == "2024-01-01" and part.traces[0].trace_id == "2024-01-01T10:00:00"
+    if case == "int cost":
+        assert [t.cost for t in part.traces[:3]] == [0.0, 1.0, 2.0] and type(part.traces[1].cost) is float
