@@ -309,3 +309,17 @@ def test_pieces_whose_inferred_types_differ_from_the_schema_read_as_the_plain_re
         assert part.traces[0].query_id == "2024-01-01" and part.traces[0].trace_id == "2024-01-01T10:00:00"
     if case == "int cost":
         assert [t.cost for t in part.traces[:3]] == [0.0, 1.0, 2.0] and type(part.traces[1].cost) is float
+
+
+def test_nulls_finds_every_null_literal_at_every_alignment():
+    """The null finder (four-byte compares, one pass per alignment) against ``re.finditer``: every offset,
+    ascending, on random bytes rich in the letters of ``null`` and of every length from 0."""
+    import re
+
+    from ragassay.trace._arrow_batch import _null_keys, _nulls
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        data = bytes(rng.choice(b'nul l:"x') for _ in range(rng.randrange(0, 40)))
+        assert _nulls(data).tolist() == [m.start() for m in re.finditer(b"null", data)]
+    assert _null_keys(b'{"a": null, "b":1, "c" :\tnull, "d": "null"}\n{"e":null}') == {b"a", b"c", b"e"}
