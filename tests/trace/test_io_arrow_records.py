@@ -323,3 +323,31 @@ def test_nulls_finds_every_null_literal_at_every_alignment():
         data = bytes(rng.choice(b'nul l:"x') for _ in range(rng.randrange(0, 40)))
         assert _nulls(data).tolist() == [m.start() for m in re.finditer(b"null", data)]
     assert _null_keys(b'{"a": null, "b":1, "c" :\tnull, "d": "null"}\n{"e":null}') == {b"a", b"c", b"e"}
+
+
+@pytest.mark.parametrize("flag_bytes", [16, 1 << 18])
+def test_eligible_lines_are_those_the_per_line_test_accepts(monkeypatch, flag_bytes):
+    """The numpy byte tests that pick the lines Arrow may read, against the plain per-line test: a JSON
+    object from first byte to last (any trailing whitespace; the file's last line without a newline) and
+    nesting at most _MAX_DEPTH deep (many brackets side by side are fine; deep nesting is not); with
+    brackets counted over groups of lines smaller than one line, and over one group."""
+    from ragassay.trace import _arrow_batch
+    from ragassay.trace._arrow_batch import _MAX_DEPTH, _depth, _eligible
+
+    monkeypatch.setattr(_arrow_batch, "_FLAG_BYTES", flag_bytes)
+
+    def plain(blob: bytes) -> bool:
+        return (blob[:1] == b"{" and blob.rstrip(b" \t\r\n")[-1:] == b"}"
+                and _depth(blob) <= _MAX_DEPTH)
+
+    d = _MAX_DEPTH
+    shapes = [b"", b"\n", b"{}\n", b"{}", b'{"a": 1}\r\n', b'{"a": 1}  \n', b'{"a": 1} x\n', b"[1]\n", b" {}\n",
+              b"\xef\xbb\xbf{}\n", b"}\n", b"{\n", b'{"a": [' + b"[]," * (2 * d) + b"[]]}\n",
+              b'{"a": ' + b"[" * (d - 1) + b"]" * (d - 1) + b"}\n", b'{"a": ' + b"[" * d + b"]" * d + b"}\n",
+              b'{"a": "' + b"{" * (2 * d) + b'"}\n']
+    rng = random.Random(3)
+    for _ in range(300):
+        blobs = [rng.choice(shapes) for _ in range(rng.randrange(0, 12))]
+        got = _eligible(blobs, b"".join(blobs)).tolist()
+        assert got == [plain(b) for b in blobs], blobs
+    assert _eligible([shapes[14]], shapes[14]).tolist() == [False] and _eligible([shapes[13]], shapes[13]).tolist() == [True]

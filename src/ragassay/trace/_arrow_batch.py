@@ -54,6 +54,7 @@ LONG_INT = re.compile(rb"\d{20}")
 # Arrow's type inference is quadratic in nesting depth (a 5,000-deep meta takes seconds); the json module
 # stops near 1,000 and traces nest a few levels, so deeper lines go the slow way.
 _MAX_DEPTH = 256
+_FLAG_BYTES = 1 << 18
 _PARSE = pj.ParseOptions(explicit_schema=_SCHEMA, newlines_in_values=False, unexpected_field_behavior="infer")
 # Arrow converts to an explicit schema more slowly than it infers one (115 against 200 ms for 2,048 traces
 # of 50 units), so a piece is parsed with inferred types first and conformed to _SCHEMA (_conform); only a
@@ -131,15 +132,13 @@ def read_lines(lines: list[tuple[int, bytes]]) -> tuple[Part, list[tuple[int, by
     handed back for the slow path (in their original order)."""
     parts: list[Part] = []
     rest: list[tuple[int, bytes]] = []
-    eligible = []
-    for lineno, blob in lines:
-        # one JSON object per line; anything else (blank, a byte-order mark, arrays) is the slow path's
-        if (blob[:1] == b"{" and (blob[-2:] == b"}\n" or blob.rstrip(b" \t\r\n")[-1:] == b"}")
-                and (blob.count(b"{") + blob.count(b"[") <= _MAX_DEPTH or _depth(blob) <= _MAX_DEPTH)):
-            eligible.append((lineno, blob))
-        else:
-            rest.append((lineno, blob))
-    _pieces(eligible, parts, rest)
+    data = b"".join(b for _, b in lines)
+    ok = _eligible([b for _, b in lines], data)
+    if ok.all():
+        _pieces(lines, parts, rest, data)
+    else:
+        rest.extend(ln for ln, good in zip(lines, ok.tolist(), strict=True) if not good)
+        _pieces([ln for ln, good in zip(lines, ok.tolist(), strict=True) if good], parts, rest)
     rest.sort(key=lambda x: x[0])
     part = concat_parts(parts)
     if len(parts) > 1:
@@ -147,12 +146,54 @@ def read_lines(lines: list[tuple[int, bytes]]) -> tuple[Part, list[tuple[int, by
     return part, rest
 
 
-def _pieces(lines: list[tuple[int, bytes]], parts: list[Part], rest: list[tuple[int, bytes]]) -> None:
-    """Parse ``lines`` as one table, or split it in halves until each half parses (a line Arrow rejects —
-    not UTF-8, a duplicate key, a value of another type — ends up in a small piece handed back)."""
+def _eligible(blobs: list[bytes], data: bytes) -> np.ndarray:
+    """Per line (``data`` is the lines joined): whether it can go to Arrow, a JSON object from its first byte
+    to its last (blank lines, a byte-order mark, arrays and the like are the slow path's) nesting at most
+    ``_MAX_DEPTH`` deep. The byte tests run as numpy passes over ``data``, without the GIL the scoring loop
+    needs; a line that ends otherwise than in ``}\n`` is tested on its own."""
+    n = len(blobs)
+    lengths = np.fromiter(map(len, blobs), dtype=np.int64, count=n)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    b = np.frombuffer(data, dtype=np.uint8)
+    nonempty = np.flatnonzero(lengths > 0)
+    ok = np.zeros(n, dtype=bool)
+    ok[nonempty] = b[starts[nonempty]] == 123  # '{'
+    closed = ok & (lengths >= 2)
+    closed[closed] = (b[ends[closed] - 2] == 125) & (b[ends[closed] - 1] == 10)  # '}\n'
+    for i in np.flatnonzero(ok & ~closed).tolist():  # '}' then other whitespace, or the file's last line
+        ok[i] = blobs[i].rstrip(b" \t\r\n")[-1:] == b"}"
+    # an upper bound of each line's nesting: its '{' and '[' bytes, counted a group of lines (about 256 KB)
+    # at a time so that the flags stay small beside the piece
+    brackets = np.zeros(n, dtype=np.int64)
+    buf = np.empty(min(len(b), _FLAG_BYTES), dtype=np.uint8)
+    i = 0
+    while i < len(nonempty):
+        base = starts[nonempty[i]]
+        j = max(int(np.searchsorted(ends[nonempty], base + _FLAG_BYTES, side="right")), i + 1)
+        group = nonempty[i:j]
+        stop = ends[group[-1]]
+        flags = buf[:stop - base] if stop - base <= len(buf) else np.empty(stop - base, dtype=np.uint8)
+        # '[' (0x5b) and '{' (0x7b) are the two bytes that OR 0x20 makes '{'
+        np.bitwise_or(b[base:stop], 32, out=flags)
+        is_open = flags.view(np.bool_)
+        np.equal(flags, 123, out=is_open)
+        brackets[group] = np.add.reduceat(is_open, starts[group] - base, dtype=np.int64)
+        i = j
+    for i in np.flatnonzero(ok & (brackets > _MAX_DEPTH)).tolist():
+        ok[i] = _depth(blobs[i]) <= _MAX_DEPTH
+    return ok
+
+
+def _pieces(lines: list[tuple[int, bytes]], parts: list[Part], rest: list[tuple[int, bytes]],
+            data: bytes | None = None) -> None:
+    """Parse ``lines`` (``data``: their bytes joined, when at hand) as one table, or split it in halves until
+    each half parses (a line Arrow rejects — not UTF-8, a duplicate key, a value of another type — ends up
+    in a small piece handed back)."""
     if not lines:
         return
-    data = b"".join(b for _, b in lines)  # each line keeps its newline; only the file's last may lack one
+    if data is None:
+        data = b"".join(b for _, b in lines)  # each line keeps its newline; only the file's last may lack one
     table = _conform(parse_lines(data, len(lines), _INFER))
     if table is None:
         table = parse_lines(data, len(lines), _PARSE)
