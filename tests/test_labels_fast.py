@@ -110,3 +110,14 @@ def test_the_bundled_set(tmp_path):
     golden = build_golden(bundled_golden_source(), load_corpus(bundled_corpus_dir()))
     assert sum(len(q.evidence) for q in golden) > 10
     assert_same_labels(golden)
+
+
+def test_contains_each_is_in_for_every_id():
+    """GoldenSet.contains_each (the streaming scorer's per-batch test of which traces' queries the set
+    holds) against ``in``, on ids the set holds, ids it does not, repeats and the empty list."""
+    golden = _golden(random.Random(5), 60, 20, 0.3)
+    ids = [q.query_id for q in golden.queries][::3] + ["nope", "q1", "u0", "", "u0"]
+    got = golden.contains_each(ids)
+    assert got.dtype == bool and got.tolist() == [i in golden for i in ids]
+    assert got.any() and not got.all()
+    assert golden.contains_each([]).tolist() == []

@@ -100,8 +100,10 @@ class KnownBatch:
     tokens: np.ndarray
 
     @classmethod
-    def of(cls, batch: TraceBatch, golden: GoldenSet) -> KnownBatch:
-        keep = np.fromiter((m.query_id in golden for m in batch.traces), dtype=bool, count=len(batch.traces))
+    def of(cls, batch: TraceBatch, golden: GoldenSet, keep: np.ndarray | None = None) -> KnownBatch:
+        """``keep``: per trace, whether the golden set holds its query, when the caller has it at hand."""
+        if keep is None:
+            keep = np.fromiter((m.query_id in golden for m in batch.traces), dtype=bool, count=len(batch.traces))
         if keep.all():
             return cls(batch.traces, batch.units, batch.list_trace, batch.tokens)
         u = batch.units
@@ -354,9 +356,11 @@ def _stream_score(store, traces_path, corpus, golden, opt, labels, name, allow_p
 
     def _one_batch(batch: TraceBatch) -> None:
         nonlocal n_fail
-        unknown.update(m.query_id for m in batch.traces if m.query_id not in golden)
-        trials.update(m.trial for m in batch.traces)
-        part = KnownBatch.of(batch, golden)
+        qids = list(map(attrgetter("query_id"), batch.traces))
+        known = golden.contains_each(qids)
+        unknown.update(itertools.compress(qids, ~known))
+        trials.update(map(attrgetter("trial"), batch.traces))
+        part = KnownBatch.of(batch, golden, known)
         check = validate_unit_columns(part.units, corpus, reader.lines)
         if structure.grow(part):
             for span in spans:  # earlier batches lack the new metrics: score them again (rows replaced)

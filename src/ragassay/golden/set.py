@@ -12,12 +12,16 @@ from importlib import resources
 from itertools import chain
 from operator import attrgetter, itemgetter, not_
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from ragassay.errors import InputError
 from ragassay.golden.schema import GoldenQuery
 from ragassay.yamlio import read_utf8
+
+if TYPE_CHECKING:
+    import numpy as np
 
 GOLDEN_FILE = "golden.jsonl"
 MANIFEST_FILE = "manifest.json"
@@ -42,6 +46,12 @@ class GoldenSet:
 
     def __contains__(self, query_id: object) -> bool:
         return query_id in self._by_id
+
+    def contains_each(self, query_ids: list[str]) -> np.ndarray:
+        """Per id of ``query_ids``: whether the set holds that query (``in`` for a whole batch at once)."""
+        import numpy as np  # not at module level: commands that only read a golden set start without numpy
+
+        return np.fromiter(map(self._by_id.__contains__, query_ids), dtype=bool, count=len(query_ids))
 
     @property
     def query_ids(self) -> list[str]:

@@ -282,7 +282,9 @@ class _Rows:
     def __init__(self, blobs: list[bytes], data: bytes):
         self.blobs, self.data = blobs, data
         self._null_keys: set[bytes] | None = None
-        self.slow = np.asarray([b"\\" in b and ESCAPED_KEY.search(b) is not None for b in blobs], dtype=bool)
+        # a key with an escape needs a backslash: one search of the piece (memchr) when it has none
+        self.slow = (np.asarray([b"\\" in b and ESCAPED_KEY.search(b) is not None for b in blobs], dtype=bool)
+                     if b"\\" in data else np.zeros(len(blobs), dtype=bool))
 
     def mentions(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Of the rows flagged in ``rows``, those whose line contains the quoted key ``name``."""
