@@ -212,6 +212,21 @@ def _has_mark(text: str) -> bool:
     return any(_RE_MARK.match(c) for c in set(text))
 
 
+_ASCII_OTHER = tuple(c for c in _H if c.isascii() and c != " ")
+
+
+def _no_space_fold(text: str, fragment: bool) -> bool:
+    """True when step 4 would leave ASCII ``text`` as it is, told by a few substring searches (a regex
+    scan of clean text tries its pattern at every space: ~40 ns a character). In ASCII the only
+    horizontal whitespace besides the space is in ``_ASCII_OTHER``, and each one is rewritten; without
+    them, a fold needs two spaces in a row, a space beside a newline or (in a document) at an edge."""
+    if not text.isascii() or "  " in text or " \n" in text or "\n " in text:
+        return False
+    if not fragment and (text[:1] == " " or text[-1:] == " "):
+        return False
+    return not any(c in text for c in _ASCII_OTHER)
+
+
 def _space_pattern(text: str, fragment: bool) -> re.Pattern:
     if _has_mark(text):
         return _RE_SPACE_FRAGMENT_M if fragment else _RE_SPACE_M
@@ -231,7 +246,7 @@ def canonicalize_with_map(raw: str, *, fragment: bool = False) -> tuple[str, np.
         lambda t: None if t.isascii() else _rewrite(t, _RE_INVISIBLE, lambda _m: ""),
         lambda t: None if t.isascii() and "\r" not in t else _rewrite(t, _RE_NEWLINE, lambda _m: "\n"),
         _nfc,
-        lambda t: _rewrite(t, _space_pattern(t, fragment), _space_out),
+        lambda t: None if _no_space_fold(t, fragment) else _rewrite(t, _space_pattern(t, fragment), _space_out),
     ):
         s = step(m.text)
         if s is not None:
