@@ -17,7 +17,7 @@ import json
 import math
 import tempfile
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,11 +119,37 @@ def evaluate(system: Any, *, golden: Any = None, corpus: Any = None, store: Any 
     (hit rule, relevance threshold, gain, ties), by default the hit rule and relevance threshold the golden
     set's manifest states. Scoring and storage are exactly ``ragassay score``'s.
     """
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise InputError(f"trials={trials!r}: give a positive integer")
+    with ExitStack() as stack:
+        # A trace file is read (Arrow's parse, mostly outside the GIL) while the corpus and golden set
+        # load, as `ragassay score` reads it; the collector stays paused over the scoring, whose objects
+        # are acyclic (see ragassay._gc)
+        ahead = None
+        if isinstance(system, (str, Path)) and _is_trace_file(Path(system)):
+            from ragassay._gc import gc_paused
+            from ragassay.analysis.stream import BATCH_TRACES, TraceReadAhead
+
+            stack.enter_context(gc_paused())
+            ahead = stack.enter_context(TraceReadAhead(Path(system), BATCH_TRACES))
+        return _evaluate(system, golden, corpus, store, name, trials, concurrency, options, allow_pin_mismatch,
+                         progress, ahead)
+
+
+def _is_trace_file(path: Path) -> bool:
+    """Whether ``path`` is a ragassay trace JSONL; any problem reading it is left for ``_sniff_file`` to
+    raise where it did (after the corpus and golden set, whose errors come first)."""
+    try:
+        return _sniff_file(path) == "traces"
+    except (InputError, OSError):
+        return False
+
+
+def _evaluate(system, golden, corpus, store, name, trials, concurrency, options, allow_pin_mismatch, progress,
+              read_ahead) -> Run:
     from ragassay.analysis.runner import score_traces_into_store
     from ragassay.trace import write_traces
 
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise InputError(f"trials={trials!r}: give a positive integer")
     corp = _corpus(corpus)
     gs = _golden(golden, corp)
     if options is None:
@@ -144,7 +170,9 @@ def evaluate(system: Any, *, golden: Any = None, corpus: Any = None, store: Any 
                                                          "corpus_digest": corp.digest}), traces)
         with _open(store, read_only=False) as st:
             run_id, info = score_traces_into_store(st, path, corp, gs, options=options, name=name,
-                                                   allow_pin_mismatch=allow_pin_mismatch)
+                                                   allow_pin_mismatch=allow_pin_mismatch,
+                                                   read_ahead=read_ahead if read_ahead is not None and path == Path(system)
+                                                   else None)
             rec = st.get_run(run_id)
     info["adapter_problems"] = [f"{p.line}: {p.message}" for p in adapter_problems]
     return Run(rec, store, info)

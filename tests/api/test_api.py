@@ -195,3 +195,44 @@ def test_readme_quickstart_runs(tmp_path):
     assert lines[0].startswith("recall@fusion_depth went from") and "ndcg@final_k went from" in lines[1]
     assert lines[-1] == "gate: FAIL"  # top-1 instead of top-5 loses recall credibly
     assert (tmp_path / "quickstart.duckdb").is_file()
+
+
+def test_a_trace_file_is_read_while_the_inputs_load_and_scores_as_without(tmp_path, corpus, golden, monkeypatch):
+    """evaluate(trace JSONL) starts reading the file before the corpus and golden set load (as `ragassay
+    score` does) and stores exactly the rows scoring without the read-ahead stores."""
+    from ragassay import api
+    from ragassay.analysis import stream
+    from ragassay.analysis.runner import score_traces_into_store
+    from ragassay.trace import TraceWriter
+    from ragassay.trace.adapters import traces_from_callable
+
+    header, traces, _ = traces_from_callable(_evidence_system(golden, corpus, drop_every=3), golden.queries,
+                                             progress=False, run_name="gold")
+    path = tmp_path / "gold.jsonl"
+    with TraceWriter(path, header.model_copy(update={"dataset_version": golden.dataset_version,
+                                                     "corpus_digest": corpus.digest})) as w:
+        w.write_all(traces)
+    events: list[str] = []
+    real_ahead, real_golden = stream.TraceReadAhead.__init__, api._golden
+
+    def ahead_init(self, *a, **k):
+        events.append("read-ahead")
+        real_ahead(self, *a, **k)
+
+    def golden_load(*a, **k):
+        events.append("golden")
+        return real_golden(*a, **k)
+
+    monkeypatch.setattr(stream.TraceReadAhead, "__init__", ahead_init)
+    monkeypatch.setattr(api, "_golden", golden_load)
+    run = ragassay.evaluate(path, golden=golden, corpus=corpus, store=tmp_path / "api.duckdb", name="api")
+    assert events == ["read-ahead", "golden"]
+    with Store.open(tmp_path / "plain.duckdb") as st:
+        plain_id, _ = score_traces_into_store(st, path, corpus, golden, name="plain")
+        plain = st.results(plain_id).to_pandas()
+    got = run.to_pandas()
+    cols = ["query_id", "trial", "metric", "value"]
+    a = got[cols].sort_values(cols[:3]).reset_index(drop=True)
+    b = plain[cols].sort_values(cols[:3]).reset_index(drop=True)
+    assert len(a) > 100 and a[cols[:3]].equals(b[cols[:3]])
+    np.testing.assert_array_equal(a["value"].to_numpy(float), b["value"].to_numpy(float))
