@@ -50,6 +50,19 @@ def _evidence_system(golden, corpus, *, drop_every: int = 0):
     return fn
 
 
+def _trace_file(path: Path, golden, corpus, *, drop_every: int) -> Path:
+    """The traces of ``_evidence_system`` written as a trace JSONL pinned to this golden set and corpus."""
+    from ragassay.trace import TraceWriter
+    from ragassay.trace.adapters import traces_from_callable
+
+    header, traces, _ = traces_from_callable(_evidence_system(golden, corpus, drop_every=drop_every),
+                                             golden.queries, progress=False, run_name="gold")
+    with TraceWriter(path, header.model_copy(update={"dataset_version": golden.dataset_version,
+                                                     "corpus_digest": corpus.digest})) as w:
+        w.write_all(traces)
+    return path
+
+
 def _mean(run, metric: str) -> float:
     return next(m["mean"] for m in run.summary()["metrics"] if m["metric"] == metric)
 
@@ -64,15 +77,7 @@ def test_callable_run_scores_like_ragassay_score_on_the_same_traces(tmp_path, co
     assert run.metric("R@fusion_depth") == pytest.approx(np.mean(want))
 
     # the CLI path: the same traces through `ragassay score` give the same rows
-    from ragassay.trace import TraceWriter
-    from ragassay.trace.adapters import traces_from_callable
-
-    header, traces, _ = traces_from_callable(_evidence_system(golden, corpus, drop_every=4), golden.queries,
-                                             progress=False, run_name="gold")
-    path = tmp_path / "gold.jsonl"
-    with TraceWriter(path, header.model_copy(update={"dataset_version": golden.dataset_version,
-                                                     "corpus_digest": corpus.digest})) as w:
-        w.write_all(traces)
+    path = _trace_file(tmp_path / "gold.jsonl", golden, corpus, drop_every=4)
     golden_dir = tmp_path / "g"
     build_golden(bundled_golden_source(), corpus, golden_dir)
     with pytest.raises(SystemExit) as e:
@@ -203,15 +208,8 @@ def test_a_trace_file_is_read_while_the_inputs_load_and_scores_as_without(tmp_pa
     from ragassay import api
     from ragassay.analysis import stream
     from ragassay.analysis.runner import score_traces_into_store
-    from ragassay.trace import TraceWriter
-    from ragassay.trace.adapters import traces_from_callable
 
-    header, traces, _ = traces_from_callable(_evidence_system(golden, corpus, drop_every=3), golden.queries,
-                                             progress=False, run_name="gold")
-    path = tmp_path / "gold.jsonl"
-    with TraceWriter(path, header.model_copy(update={"dataset_version": golden.dataset_version,
-                                                     "corpus_digest": corpus.digest})) as w:
-        w.write_all(traces)
+    path = _trace_file(tmp_path / "gold.jsonl", golden, corpus, drop_every=3)
     events: list[str] = []
     real_ahead, real_golden = stream.TraceReadAhead.__init__, api._golden
 
