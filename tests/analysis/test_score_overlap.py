@@ -208,3 +208,58 @@ def test_score_cli_with_a_bad_golden_set_reports_it_and_stops_the_read_ahead(tmp
     assert exc.value.code == 2
     assert "nope: no such golden-set source" in capsys.readouterr().err
     assert not any(t.name == "ragassay-trace-reader" for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_score_reports_progress_after_each_batch_up_to_the_whole_source(tmp_path, kind):
+    """progress(done, total) after every batch: done grows, ends at total, and total is the JSONL file's
+    bytes or the Parquet dataset's rows; the rows stored are those of a score without it."""
+    from ragassay.analysis.stream import stream_score_into_store
+    from ragassay.trace.convert import convert_jsonl_to_parquet
+
+    corpus, golden = load_inputs(None, None)
+    path = _random_file(tmp_path / "r.jsonl", corpus, golden, 5)
+    total = path.stat().st_size
+    if kind == "parquet":
+        convert_jsonl_to_parquet(path, tmp_path / "ds", rows_per_file=100)
+        path = tmp_path / "ds"
+        total = None
+    calls: list[tuple[int, int]] = []
+    with Store.open(tmp_path / "s.duckdb") as st:
+        plain_id, _ = stream_score_into_store(st, path, corpus, golden, batch_size=32)
+        run_id, _ = stream_score_into_store(st, path, corpus, golden, batch_size=32,
+                                            progress=lambda d, t: calls.append((d, t)))
+        assert _stored(st, run_id)[:4] == _stored(st, plain_id)[:4]
+    done = [d for d, _ in calls]
+    assert len(calls) >= 5 and done == sorted(done) and len({t for _, t in calls}) == 1
+    assert done[-1] == calls[-1][1]
+    if kind == "jsonl":
+        assert calls[-1][1] == total
+    else:
+        import pyarrow.dataset as ds
+
+        assert calls[-1][1] == ds.dataset(path, format="parquet").count_rows()
+
+
+def test_score_cli_shows_a_bar_on_a_terminal_and_none_with_json(tmp_path, monkeypatch, capsys):
+    import io
+
+    from rich.console import Console
+
+    from ragassay.cli import run as run_cli
+    from ragassay.cli.app import main
+    from ragassay.golden import bundled_golden_source
+
+    corpus, golden = load_inputs(None, None)
+    path = _random_file(tmp_path / "r.jsonl", corpus, golden, 9)
+    for json_out in (False, True):
+        term = io.StringIO()
+        monkeypatch.setattr(run_cli, "console", Console(file=term, force_terminal=True, width=100))
+        args = ["score", str(path), "--golden", str(bundled_golden_source()), "--store",
+                str(tmp_path / f"s{json_out}.duckdb"), "--batch-size", "16"]
+        with pytest.raises(SystemExit) as exc:
+            main(args + (["--json"] if json_out else []))
+        assert exc.value.code in (0, None)
+        shown = term.getvalue()
+        assert ("scoring r.jsonl" in shown) is not json_out
+    capsys.readouterr()

@@ -235,7 +235,8 @@ def score_dataset_into_store(store, path: str | Path, corpus, golden: GoldenSet,
     knowing them (they are duplicates), files scored with less metric structure than the whole dataset
     has are scored again with all of it (rows replaced), and golden keys without a trace are scored here
     at the end. ``resume`` (a run id) finishes a run whose driver died: files whose query status is
-    complete are not written again. ``progress(files_done, files)`` is called after each file is stored.
+    complete are not written again. ``progress(done, total)`` is called as the work advances: files stored of
+    the dataset's files on the workers; with the local executor, bytes (JSONL) or rows (Parquet) scored.
     ``read_ahead`` (local executor only) is a :class:`~ragassay.analysis.stream.TraceReadAhead` of ``path``.
     """
     from ragassay.executors import LocalExecutor, get_executor
@@ -246,7 +247,7 @@ def score_dataset_into_store(store, path: str | Path, corpus, golden: GoldenSet,
         if type(ex) is LocalExecutor:
             return stream_score_into_store(store, path, corpus, golden, options=options, name=name,
                                            allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size,
-                                           resume=resume, read_ahead=read_ahead)
+                                           resume=resume, read_ahead=read_ahead, progress=progress)
         return _score_dataset(store, str(path), corpus, golden, options or ScoringOptions(), name,
                               allow_pin_mismatch, batch_size, ex, resume, progress)
     finally:

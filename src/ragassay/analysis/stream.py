@@ -20,6 +20,7 @@ import collections
 import itertools
 import queue
 import threading
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 from operator import attrgetter, is_not, itemgetter, methodcaller
@@ -281,11 +282,13 @@ def score_known(golden: GoldenSet, labels: Labels, part: KnownBatch, rows: list[
 def stream_score_into_store(store, traces_path: str | Path, corpus, golden: GoldenSet, *,
                             options: ScoringOptions | None = None, name: str | None = None,
                             allow_pin_mismatch: bool = False, batch_size: int = BATCH_TRACES,
-                            resume: str | None = None, read_ahead: TraceReadAhead | None = None
-                            ) -> tuple[str, dict]:
+                            resume: str | None = None, read_ahead: TraceReadAhead | None = None,
+                            progress: Callable[[int, int], None] | None = None) -> tuple[str, dict]:
     """Score a trace file into ``store`` batch by batch; returns (run_id, import summary). See the module
     docstring; the arguments are those of :func:`ragassay.analysis.runner.score_traces_into_store`.
-    ``read_ahead`` is the same source already being read (started before the inputs loaded)."""
+    ``read_ahead`` is the same source already being read (started before the inputs loaded).
+    ``progress(done, total)`` is called after each batch is scored: bytes of a JSONL file, rows of a
+    Parquet dataset."""
     opt = options or ScoringOptions()
     labels = Labels(golden, opt)
     if read_ahead is None:
@@ -294,11 +297,11 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
         if (str(read_ahead.path), read_ahead.batch_size) != (str(traces_path), batch_size):
             raise ValueError("read_ahead reads another source or batch size")
         return _stream_score(store, traces_path, corpus, golden, opt, labels, name, allow_pin_mismatch, batch_size,
-                             resume, read_ahead)
+                             resume, read_ahead, progress)
 
 
 def _stream_score(store, traces_path, corpus, golden, opt, labels, name, allow_pin_mismatch, batch_size, resume,
-                  read_ahead: TraceReadAhead) -> tuple[str, dict]:
+                  read_ahead: TraceReadAhead, progress) -> tuple[str, dict]:
     from ragassay.analysis.runner import (
         _context_tokens_mean_of,
         _done_markers,
@@ -377,8 +380,11 @@ def _stream_score(store, traces_path, corpus, golden, opt, labels, name, allow_p
     # set and corpus would free nothing and grow with the run
     with gc_paused():
         try:
+            extent = reader.extent if progress is not None else 0
             for batch in itertools.chain([first] if first is not None else [], batches):
                 _one_batch(batch)
+                if progress is not None:
+                    progress(batch.span[1], extent)
         finally:
             writer.close()
     trial_ids = sorted(trials) or [0]

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -235,6 +244,23 @@ def run(
         _report(st, run_id, info, store, json_out, timing if profile and traces is None else None, judged)
 
 
+@contextmanager
+def _score_progress(source: Path, json_out: bool) -> Iterator:
+    """A bar on the terminal while ``score`` works through ``source`` (none with ``--json``, or when output
+    is not a terminal); yields the ``progress(done, total)`` callback: bytes of a JSONL file or rows of a
+    Parquet dataset scored, or files stored on Ray workers."""
+    cols = (TextColumn("[bold]scoring {task.description}"), BarColumn(), TaskProgressColumn(),
+            TimeRemainingColumn())
+    with Progress(*cols, transient=True, disable=json_out or not console.is_terminal, console=console,
+                  refresh_per_second=4) as bar:
+        task = bar.add_task(escape(source.name), total=None)
+
+        def tick(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield tick
+
+
 def score(
     traces: list[Path] = typer.Argument(..., help="Traces JSONL from any system, or a Parquet trace dataset (a "
                                         ".parquet file or a directory of them, one run); several JSONL files make "
@@ -282,18 +308,22 @@ def score(
             corp, gs = load_inputs(corpus, golden)
             opts = _options(gs, hit_rule, threshold, gain)
             with Store.open(store) as st, st.memory_limited():
-                run_id, info = score_dataset_into_store(st, traces[0], corp, gs, options=opts, name=name,
-                                                        allow_pin_mismatch=allow_pin_mismatch,
-                                                        batch_size=batch_size, resume=resume, read_ahead=ahead)
+                with _score_progress(traces[0], json_out) as tick:
+                    run_id, info = score_dataset_into_store(st, traces[0], corp, gs, options=opts, name=name,
+                                                            allow_pin_mismatch=allow_pin_mismatch,
+                                                            batch_size=batch_size, resume=resume, read_ahead=ahead,
+                                                            progress=tick)
                 _report(st, run_id, info, store, json_out)
         return
     corp, gs = load_inputs(corpus, golden)
     opts = _options(gs, hit_rule, threshold, gain)
     with Store.open(store) as st, st.memory_limited():
         if one:
-            run_id, info = score_dataset_into_store(st, traces[0], corp, gs, options=opts, name=name,
-                                                    allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size,
-                                                    executor=executor, resume=resume)
+            with _score_progress(traces[0], json_out) as tick:
+                run_id, info = score_dataset_into_store(st, traces[0], corp, gs, options=opts, name=name,
+                                                        allow_pin_mismatch=allow_pin_mismatch,
+                                                        batch_size=batch_size, executor=executor, resume=resume,
+                                                        progress=tick)
             _report(st, run_id, info, store, json_out)
             return
         done = score_files_into_store(st, traces, corp, gs, options=opts, name=name,

@@ -540,6 +540,11 @@ class TraceBatchReader:
         if self.header is None and not self._header_reported and self.n_records:
             self.problems.insert(0, Problem(1, "no header record on line 1; run pins are unknown"))
 
+    @property
+    def extent(self) -> int:
+        """Where the last batch's span ends: the file's size in bytes (a span is a byte range)."""
+        return self.path.stat().st_size
+
     def replay(self, span: tuple[int, int, int]) -> TraceBatch:
         """The batch at ``span`` again (the same traces, no new problems), e.g. to score it once more."""
         with self._open() as fh:

@@ -172,6 +172,11 @@ class ParquetTraceReader:
     def n_rows(self) -> int:
         return self.first_row[-1]
 
+    @property
+    def extent(self) -> int:
+        """Where the last batch's span ends: the dataset's rows (a span is a row range)."""
+        return self.n_rows
+
     def _metadata(self, f: Path) -> pq.FileMetaData:
         try:
             meta = pq.read_metadata(f)
