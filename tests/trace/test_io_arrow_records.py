@@ -331,14 +331,14 @@ def test_eligible_lines_are_those_the_per_line_test_accepts(monkeypatch, flag_by
     object from first byte to last (any trailing whitespace; the file's last line without a newline) and
     nesting at most _MAX_DEPTH deep (many brackets side by side are fine; deep nesting is not); with
     brackets counted over groups of lines smaller than one line, and over one group."""
-    from ragassay.trace import _arrow_batch
-    from ragassay.trace._arrow_batch import _MAX_DEPTH, _depth, _eligible
+    from ragassay import _arrow_json
+    from ragassay.trace._arrow_batch import _MAX_DEPTH, _eligible
 
-    monkeypatch.setattr(_arrow_batch, "_FLAG_BYTES", flag_bytes)
+    monkeypatch.setattr(_arrow_json, "GROUP_BYTES", flag_bytes)
 
     def plain(blob: bytes) -> bool:
         return (blob[:1] == b"{" and blob.rstrip(b" \t\r\n")[-1:] == b"}"
-                and _depth(blob) <= _MAX_DEPTH)
+                and _arrow_json.depth(np.frombuffer(blob, dtype=np.uint8)) <= _MAX_DEPTH)
 
     d = _MAX_DEPTH
     shapes = [b"", b"\n", b"{}\n", b"{}", b'{"a": 1}\r\n', b'{"a": 1}  \n', b'{"a": 1} x\n', b"[1]\n", b" {}\n",
@@ -351,3 +351,20 @@ def test_eligible_lines_are_those_the_per_line_test_accepts(monkeypatch, flag_by
         got = _eligible(blobs, b"".join(blobs)).tolist()
         assert got == [plain(b) for b in blobs], blobs
     assert _eligible([shapes[14]], shapes[14]).tolist() == [False] and _eligible([shapes[13]], shapes[13]).tolist() == [True]
+
+
+@pytest.mark.parametrize("group_bytes", [1, 7, 1 << 18])
+def test_open_brackets_counts_each_lines_brackets_with_gaps_and_empty_lines(monkeypatch, group_bytes):
+    """The shared bracket bound (trace and golden readers) against bytes.count per line, on lines with gaps
+    between them (the golden reader's lines stop before their newline; a gap may hold brackets that belong
+    to no line), empty lines, and groups smaller than one line."""
+    from ragassay import _arrow_json
+
+    monkeypatch.setattr(_arrow_json, "GROUP_BYTES", group_bytes)
+    rng = random.Random(11)
+    for _ in range(300):
+        data = bytes(rng.choice(b"{[]}x\n") for _ in range(rng.randrange(0, 60)))
+        cuts = sorted(rng.randrange(0, len(data) + 1) for _ in range(2 * rng.randrange(0, 6)))
+        starts, ends = np.asarray(cuts[0::2], dtype=np.int64), np.asarray(cuts[1::2], dtype=np.int64)
+        got = _arrow_json.open_brackets(np.frombuffer(data, dtype=np.uint8), starts, ends).tolist()
+        assert got == [data[s:e].count(b"{") + data[s:e].count(b"[") for s, e in zip(cuts[0::2], cuts[1::2], strict=True)]

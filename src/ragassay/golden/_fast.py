@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 from pydantic import BaseModel
 
-from ragassay._arrow_json import ESCAPED_KEY, filled, parse_lines, valid
+from ragassay._arrow_json import ESCAPED_KEY, depth, filled, open_brackets, parse_lines, valid
 from ragassay._arrow_json import MIN_PIECE as _MIN_PIECE  # a module global: tests shrink it
 from ragassay.golden.schema import Evidence, GoldenQuery, Nugget, _identifier, _not_blank
 
@@ -117,9 +117,9 @@ def _piece(piece: bytes, first_line: int, sh: Shared, linenos: list[int], querie
     # one JSON object per line, from its first byte to its last; anything else (blank, leading or trailing
     # whitespace, a carriage return, arrays) is the slow path's
     ok = nonempty & (first == 123) & (last == 125)
-    depth_bound = _between((b == 123) | (b == 91), starts, ends)
+    depth_bound = open_brackets(b, starts, ends)
     for i in np.flatnonzero(ok & (depth_bound > _MAX_DEPTH)):
-        ok[i] = _depth(b[starts[i]:ends[i]]) <= _MAX_DEPTH
+        ok[i] = depth(b[starts[i]:ends[i]]) <= _MAX_DEPTH
     slow_idx = np.flatnonzero(nonempty & ~ok)
     for i in slow_idx.tolist():
         rest.append((int(lines[i]), piece[starts[i]:ends[i]]))
@@ -134,12 +134,6 @@ def _between(ind: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarra
     a running count per byte: eight bytes per byte of the piece would be its largest copy)."""
     at = np.flatnonzero(ind)
     return np.searchsorted(at, ends) - np.searchsorted(at, starts)
-
-
-def _depth(b: np.ndarray) -> int:
-    """The deepest bracket nesting of a line (brackets inside strings counted too: a heuristic bound)."""
-    step = ((b == 91) | (b == 123)).astype(np.int32) - ((b == 93) | (b == 125))
-    return int(np.cumsum(step).max()) if len(step) else 0
 
 
 def _pieces(src: bytes, starts: np.ndarray, ends: np.ndarray, lines: np.ndarray, sh: Shared,

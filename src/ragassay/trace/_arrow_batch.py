@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 from pydantic import BaseModel
 
-from ragassay._arrow_json import ESCAPED_KEY, filled, parse_lines, valid
+from ragassay._arrow_json import ESCAPED_KEY, depth, filled, open_brackets, parse_lines, valid
 from ragassay._arrow_json import MIN_PIECE as _MIN_PIECE  # a module global: tests shrink it
 from ragassay.trace.schema import Citation, CodedStrings, Trace, UnitColumns
 
@@ -54,7 +54,6 @@ LONG_INT = re.compile(rb"\d{20}")
 # Arrow's type inference is quadratic in nesting depth (a 5,000-deep meta takes seconds); the json module
 # stops near 1,000 and traces nest a few levels, so deeper lines go the slow way.
 _MAX_DEPTH = 256
-_FLAG_BYTES = 1 << 18
 _PARSE = pj.ParseOptions(explicit_schema=_SCHEMA, newlines_in_values=False, unexpected_field_behavior="infer")
 # Arrow converts to an explicit schema more slowly than it infers one (115 against 200 ms for 2,048 traces
 # of 50 units), so a piece is parsed with inferred types first and conformed to _SCHEMA (_conform); only a
@@ -163,25 +162,9 @@ def _eligible(blobs: list[bytes], data: bytes) -> np.ndarray:
     closed[closed] = (b[ends[closed] - 2] == 125) & (b[ends[closed] - 1] == 10)  # '}\n'
     for i in np.flatnonzero(ok & ~closed).tolist():  # '}' then other whitespace, or the file's last line
         ok[i] = blobs[i].rstrip(b" \t\r\n")[-1:] == b"}"
-    # an upper bound of each line's nesting: its '{' and '[' bytes, counted a group of lines (about 256 KB)
-    # at a time so that the flags stay small beside the piece
-    brackets = np.zeros(n, dtype=np.int64)
-    buf = np.empty(min(len(b), _FLAG_BYTES), dtype=np.uint8)
-    i = 0
-    while i < len(nonempty):
-        base = starts[nonempty[i]]
-        j = max(int(np.searchsorted(ends[nonempty], base + _FLAG_BYTES, side="right")), i + 1)
-        group = nonempty[i:j]
-        stop = ends[group[-1]]
-        flags = buf[:stop - base] if stop - base <= len(buf) else np.empty(stop - base, dtype=np.uint8)
-        # '[' (0x5b) and '{' (0x7b) are the two bytes that OR 0x20 makes '{'
-        np.bitwise_or(b[base:stop], 32, out=flags)
-        is_open = flags.view(np.bool_)
-        np.equal(flags, 123, out=is_open)
-        brackets[group] = np.add.reduceat(is_open, starts[group] - base, dtype=np.int64)
-        i = j
+    brackets = open_brackets(b, starts, ends)
     for i in np.flatnonzero(ok & (brackets > _MAX_DEPTH)).tolist():
-        ok[i] = _depth(blobs[i]) <= _MAX_DEPTH
+        ok[i] = depth(np.frombuffer(blobs[i], dtype=np.uint8)) <= _MAX_DEPTH
     return ok
 
 
@@ -255,19 +238,6 @@ def _units_conform(typ: pa.DataType) -> bool:
                 f.name == "score" and pa.types.is_int64(f.type)):
             return False
     return True
-
-
-def _depth(blob: bytes) -> int:
-    """The deepest bracket nesting of a line (brackets inside strings counted too: a heuristic bound)."""
-    b = np.frombuffer(blob, dtype=np.uint8)
-    step = ((b == 91) | (b == 123)).astype(np.int32) - ((b == 93) | (b == 125))
-    return int(np.cumsum(step).max()) if len(step) else 0
-
-
-
-
-
-
 
 
 def _in_range(arr: pa.Array, lo: int, hi: int) -> np.ndarray:
