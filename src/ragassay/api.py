@@ -17,7 +17,7 @@ import json
 import math
 import tempfile
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,19 +121,15 @@ def evaluate(system: Any, *, golden: Any = None, corpus: Any = None, store: Any 
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise InputError(f"trials={trials!r}: give a positive integer")
-    with ExitStack() as stack:
-        # A trace file is read (Arrow's parse, mostly outside the GIL) while the corpus and golden set
-        # load, as `ragassay score` reads it; the collector stays paused over the scoring, whose objects
-        # are acyclic (see ragassay._gc)
-        ahead = None
-        if isinstance(system, (str, Path)) and _is_trace_file(Path(system)):
-            from ragassay._gc import gc_paused
-            from ragassay.analysis.stream import BATCH_TRACES, TraceReadAhead
+    if isinstance(system, (str, Path)) and _is_trace_file(Path(system)):
+        from ragassay.analysis.stream import reading_ahead
 
-            stack.enter_context(gc_paused())
-            ahead = stack.enter_context(TraceReadAhead(Path(system), BATCH_TRACES))
-        return _evaluate(system, golden, corpus, store, name, trials, concurrency, options, allow_pin_mismatch,
-                         progress, ahead)
+        # a trace file is read while the corpus and golden set load, as `ragassay score` reads it
+        with reading_ahead(Path(system)) as ahead:
+            return _evaluate(system, golden, corpus, store, name, trials, concurrency, options,
+                             allow_pin_mismatch, progress, ahead)
+    return _evaluate(system, golden, corpus, store, name, trials, concurrency, options, allow_pin_mismatch,
+                     progress, None)
 
 
 def _is_trace_file(path: Path) -> bool:
@@ -160,7 +156,7 @@ def _evaluate(system, golden, corpus, store, name, trials, concurrency, options,
                                  relevance_threshold=gs.manifest.get("relevance_threshold") or 2)
     adapter_problems: list = []
     with tempfile.TemporaryDirectory(prefix="ragassay-api-") as tmp:
-        if isinstance(system, (str, Path)) and _sniff_file(Path(system)) == "traces":
+        if read_ahead is not None or (isinstance(system, (str, Path)) and _sniff_file(Path(system)) == "traces"):
             path = Path(system)
         else:
             header, traces, adapter_problems = _traces_for(system, corp, gs, name=name, trials=trials,
@@ -171,8 +167,7 @@ def _evaluate(system, golden, corpus, store, name, trials, concurrency, options,
         with _open(store, read_only=False) as st:
             run_id, info = score_traces_into_store(st, path, corp, gs, options=options, name=name,
                                                    allow_pin_mismatch=allow_pin_mismatch,
-                                                   read_ahead=read_ahead if read_ahead is not None and path == Path(system)
-                                                   else None)
+                                                   read_ahead=read_ahead)
             rec = st.get_run(run_id)
     info["adapter_problems"] = [f"{p.line}: {p.message}" for p in adapter_problems]
     return Run(rec, store, info)

@@ -296,15 +296,10 @@ def score(
         raise InputError("a Parquet trace dataset is one run: pass its directory alone (JSONL files may be "
                          "given several at a time, one run each)")
     if one and executor == "local":
-        from ragassay._gc import gc_paused
-        from ragassay.analysis.stream import TraceReadAhead
+        from ragassay.analysis.stream import reading_ahead
 
-        # The file is read (largely outside the GIL) while the golden set and corpus load. The collector
-        # stays paused for the whole command: the golden set, corpus and the run's bookkeeping (a key per
-        # trace) are long-lived and acyclic, and the scans that re-enabling it after their load and after
-        # the stream set off (~0.6 s at 100,000 traces) would free nothing; the streaming loop allocates no
-        # cycles that outlive a batch.
-        with gc_paused(), TraceReadAhead(traces[0], batch_size) as ahead:
+        # the file is read (largely outside the GIL) while the golden set and corpus load
+        with reading_ahead(traces[0], batch_size) as ahead:
             corp, gs = load_inputs(corpus, golden)
             opts = _options(gs, hit_rule, threshold, gain)
             with Store.open(store) as st, st.memory_limited():
