@@ -63,8 +63,10 @@ def open_brackets(b: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
         flags = np.bitwise_or(b[base:int(ends[g[-1]])], 32)
         is_open = flags.view(np.bool_)
         np.equal(flags, 123, out=is_open)
-        count = np.concatenate(([0], np.cumsum(is_open, dtype=np.int32)))
-        out[g] = count[ends[g] - base] - count[starts[g] - base]
+        # brackets are sparse: their offsets and two binary searches, not a running count (a cumsum with a
+        # cast, 20x the time, holding the GIL)
+        at = np.flatnonzero(is_open)
+        out[g] = np.searchsorted(at, ends[g] - base) - np.searchsorted(at, starts[g] - base)
         i = j
     return out
 
