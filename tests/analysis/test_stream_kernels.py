@@ -10,12 +10,14 @@ lexsort. The vectorized functions must give the same values bit for bit on rando
 from __future__ import annotations
 
 import math
+import pickle
 import random
 import string
 from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,7 +25,14 @@ from hypothesis import strategies as st
 from ragassay.analysis.scoring import GenerationColumns, _generation_rows, _judged_matrix, _References
 from ragassay.metrics.generation import answer_tokens, normalize_answer, token_f1_codes
 from ragassay.trace import Citation, Trace, Unit
-from ragassay.trace.schema import UnitColumns, dense_codes, first_index_codes, validate_unit_columns
+from ragassay.trace.schema import (
+    CodedStrings,
+    UnitColumns,
+    dense_codes,
+    first_index_codes,
+    take_strs,
+    validate_unit_columns,
+)
 
 # pieces that stress the normalization: Greek sigma (final form depends on its neighbours), dotted
 # capital I (lowercases to two code points), articles at every boundary, ASCII punctuation, Unicode
@@ -221,6 +230,27 @@ def test_dense_codes_number_values_in_order_of_first_use():
     # a lone surrogate (the json module reads "\ud800") cannot enter Arrow: the dict pass numbers it
     codes, distinct = dense_codes(["\ud800", "a", "\ud800"])
     assert codes.tolist() == [0, 1, 0] and distinct == ["\ud800", "a"]
+
+
+@given(st.lists(st.sampled_from(["a", "b", "doc7#1", "", "\u00e9"]), max_size=30), st.data())
+@settings(max_examples=200, deadline=None)
+def test_coded_strings_behave_as_the_list_they_stand_for(values, data):
+    codes, distinct = dense_codes(values)
+    col = CodedStrings(codes, distinct)
+    assert len(col) == len(values) and list(col) == values and col == values and col == CodedStrings(codes, distinct)
+    assert col != [*values, "x"] and col != "".join(values)
+    assert [col[i] for i in range(len(values))] == values and col[1:4] == values[1:4]
+    if values:
+        assert col[-1] == values[-1]
+    idx = data.draw(st.lists(st.integers(0, max(len(values) - 1, 0)), max_size=10)) if values else []
+    assert take_strs(col, np.asarray(idx, dtype=np.int64)) == [values[i] for i in idx]
+    assert take_strs(values, np.asarray(idx, dtype=np.int64)) == [values[i] for i in idx]
+    assert all((v in col) for v in values) and ("zz" in col) is False
+    assert pickle.loads(pickle.dumps(col)) == values
+    assert pa.array(col, pa.string()).to_pylist() == values
+    assert dense_codes(col)[0] is codes  # the codes are carried, not computed again
+    with pytest.raises(ValueError):
+        codes[:1] = 0  # read-only
 
 
 def _reasons_oracle(cols: UnitColumns, texts: dict[str, str]) -> list[tuple[int, int, str]]:

@@ -12,7 +12,7 @@ import pytest
 
 from ragassay.trace._arrow_batch import read_lines
 from ragassay.trace.io import TraceBatchReader, TraceReader
-from ragassay.trace.schema import Trace, UnitColumns
+from ragassay.trace.schema import _FACT_COLUMNS, Trace, TraceFacts, UnitColumns
 
 HEADER = b'{"type": "header", "run_name": "r"}'
 
@@ -98,6 +98,9 @@ def _assert_same_as_plain(path, batch_size: int) -> TraceBatchReader:
         assert list(m.branches) == list(t.branches)  # the record's own key order
         assert m.durations_ms == t.durations_ms and m.meta == t.meta and m.citations == t.citations
     assert [ln for b in batches for ln in b.lines] == [plain.lines[t.key] for t in traces]
+    want_facts = TraceFacts.from_traces(traces)  # the columns scoring reads, as the models give them
+    for name in _FACT_COLUMNS:
+        assert [x for b in batches for x in getattr(b.facts, name)] == getattr(want_facts, name), name
     want = UnitColumns.from_traces(traces)
     units = [b.units for b in batches]
     assert [k for u in units for k in u.keys] == list(want.keys)

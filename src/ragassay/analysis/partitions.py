@@ -135,9 +135,8 @@ def score_dataset_file(index: int, path: str, corpus, golden: GoldenSet, options
     row) counted as duplicates. Rows are returned, not stored: the driver is the only writer."""
     import copy
 
-    from ragassay.analysis.runner import _done_markers
     from ragassay.analysis.scoring import Labels, _doc_lengths, _final_k
-    from ragassay.analysis.stream import MAX_EXAMPLES, KnownBatch, score_known
+    from ragassay.analysis.stream import MAX_EXAMPLES, KnownBatch, done_markers_of, score_known
     from ragassay.trace.parquet import ParquetTraceReader
     from ragassay.trace.schema import UnitCheck, validate_unit_columns
 
@@ -157,20 +156,19 @@ def score_dataset_file(index: int, path: str, corpus, golden: GoldenSet, options
     n_fail, examples = 0, []
 
     def rows_of(part, bad) -> tuple[pa.Table, Any]:
-        keys = [m.key for m in part.traces]
+        keys = part.facts.keys
         return score_known(golden, labels, part, keys, np.arange(len(keys)), structure, final_k, bad, doc_lengths)
 
     for batch in reader:
-        unknown.update(m.query_id for m in batch.traces if m.query_id not in golden)
-        trials.update(m.trial for m in batch.traces)
+        unknown.update(q for q in batch.facts.query_id if q not in golden)
+        trials.update(batch.facts.trial)
         part = KnownBatch.of(batch, golden)
         check = validate_unit_columns(part.units, corpus, reader.lines)
         structure.grow(part)
         table, ctx_tokens = rows_of(part, check)
         tables.append(table)
-        scored.append((batch.span, _done_markers([m.key for m in part.traces], {m.key: m for m in part.traces}),
-                       copy.deepcopy(structure)))
-        ctx_keys.extend(m.key for m in part.traces)
+        scored.append((batch.span, done_markers_of(part.facts), copy.deepcopy(structure)))
+        ctx_keys.extend(part.facts.keys)
         ctx_vals.extend(ctx_tokens.tolist())
         n_fail += check.count
         examples.extend(check.messages(path, limit=MAX_EXAMPLES - len(examples)))

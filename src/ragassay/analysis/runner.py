@@ -40,7 +40,7 @@ from ragassay.fsio import check_output_dir, make_dir, mark_output_dir
 from ragassay.golden import GOLDEN_FILE, GoldenSet, bundled_golden_source, load_golden
 from ragassay.store import RunRecord, Store
 from ragassay.trace import RunHeader, Trace, TraceWriter, UnitCheck
-from ragassay.trace.schema import UnitColumns, validate_unit_columns
+from ragassay.trace.schema import TraceFacts, UnitColumns, validate_unit_columns
 
 BATCH_QUERIES = 64
 MAX_COMMIT_QUERIES = 1024
@@ -364,7 +364,7 @@ def score_batch(ctx: _ScoreContext, keys: Sequence[tuple[str, int]], traces: lis
     from ragassay.analysis.stream import KnownBatch, Structure, score_known
 
     units, list_trace, tokens = _batch_units(traces)
-    part = KnownBatch(list(traces), units, list_trace, tokens)
+    part = KnownBatch(TraceFacts.from_traces(traces), units, list_trace, tokens)
     position = {t.key: i for i, t in enumerate(traces)}
     row_trace = np.fromiter(map(position.get, keys, itertools.repeat(-1)), dtype=np.int64, count=len(keys))
     structure = Structure()

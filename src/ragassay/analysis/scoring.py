@@ -47,7 +47,7 @@ from ragassay.golden import EvidenceIndex, GoldenSet, HitRule
 from ragassay.metrics import GradeMatrix, Semantics, evaluate
 from ragassay.metrics.generation import answer_tokens, token_f1_codes
 from ragassay.metrics.semantics import tie_rule
-from ragassay.trace import RunHeader, Trace, Unit, UnitCheck, validate_units
+from ragassay.trace import Citation, RunHeader, Trace, Unit, UnitCheck, validate_units
 from ragassay.trace.schema import dense_codes, first_index_codes
 
 METRIC_VERSION = "ragassay-metrics-1"
@@ -443,13 +443,13 @@ class GenerationColumns:
     packed_end: np.ndarray
 
     @classmethod
-    def of(cls, outcome: np.ndarray, answer: Sequence[str | None], traces: Sequence[tuple[int, Trace]],
+    def of(cls, outcome: np.ndarray, answer: Sequence[str | None], cited: Sequence[tuple[int, Sequence[Citation]]],
            packed: tuple[np.ndarray, Sequence[str], Sequence[str], np.ndarray, np.ndarray]) -> GenerationColumns:
-        """Citations from ``traces`` ((row, trace) pairs) and the packed units as (row, unit id, doc id, start,
-        end) columns."""
-        per = [m.citations for _, m in traces]
+        """Citations from ``cited`` ((row, citation list) pairs) and the packed units as (row, unit id, doc id,
+        start, end) columns."""
+        per = [c for _, c in cited]
         cites = list(itertools.chain.from_iterable(per))
-        rows = np.repeat(np.fromiter((i for i, _ in traces), dtype=np.int64, count=len(traces)),
+        rows = np.repeat(np.fromiter((i for i, _ in cited), dtype=np.int64, count=len(cited)),
                          np.fromiter(map(len, per), dtype=np.int64, count=len(per)))
         start = _offsets(list(map(attrgetter("start"), cites)))
         return cls(outcome, answer, rows, list(map(attrgetter("unit_id"), cites)),
@@ -466,7 +466,8 @@ class GenerationColumns:
         packed = (np.fromiter((i for i, _ in units), dtype=np.int64, count=k), [u.unit_id for _, u in units],
                   [u.doc_id for _, u in units], np.fromiter((u.start for _, u in units), dtype=np.int64, count=k),
                   np.fromiter((u.end for _, u in units), dtype=np.int64, count=k))
-        return cls.of(outcome, [rt.answer if rt is not None else None for rt in row_traces], present, packed)
+        return cls.of(outcome, [rt.answer if rt is not None else None for rt in row_traces],
+                      [(i, rt.citations) for i, rt in present], packed)
 
 
 def _offsets(values: list[int | None]) -> np.ndarray:

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
-from operator import attrgetter, is_not, itemgetter, methodcaller
+from operator import is_not, itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +47,14 @@ from ragassay.errors import InputError
 from ragassay.golden import GoldenSet, HitRule
 from ragassay.metrics import GradeMatrix, evaluate
 from ragassay.trace.io import TraceBatch
-from ragassay.trace.schema import Trace, UnitCheck, UnitColumns, dense_codes, validate_unit_columns
+from ragassay.trace.schema import (
+    TraceFacts,
+    UnitCheck,
+    UnitColumns,
+    dense_codes,
+    take_strs,
+    validate_unit_columns,
+)
 from ragassay.trace.sources import open_trace_batches
 
 BATCH_TRACES = 2048
@@ -63,6 +70,13 @@ def check_resume_pins(rec, want) -> None:
                          "with other pins; resume it with the same traces, golden set, corpus and options")
 
 
+def done_markers_of(facts: TraceFacts) -> list[tuple[str, int, str, str | None]]:
+    """Query status per trace, as :func:`~ragassay.analysis.runner._done_markers` gives it for these traces:
+    'error' for a failed one (retried on resume), else 'done'."""
+    return [(q, tr, "error" if oc == "error" else "done", err)
+            for q, tr, oc, err in zip(facts.query_id, facts.trial, facts.outcome, facts.error, strict=True)]
+
+
 @dataclass
 class Structure:
     """What the traces of a run contain; it decides which metrics every row gets (see score_traces)."""
@@ -76,16 +90,16 @@ class Structure:
     def grow(self, part: KnownBatch) -> bool:
         """Add a batch's structure; True when the metric set changed."""
         before = (len(self.branches), self.retrieval, self.rerank, self.generation, self.outcome)
-        traces = part.traces
-        branches = list(map(attrgetter("branches"), traces))
+        facts = part.facts
+        branches = facts.branches
         self.branches.update(itertools.chain.from_iterable(branches))
         # a flag already set cannot change: after the first batches only the branch names are looked at
         if not self.retrieval:
             self.retrieval = bool(part.has_list("fused").any()) or any(map(bool, branches))
         if not self.rerank:
-            self.rerank = any(map(is_not, map(attrgetter("reranked"), traces), itertools.repeat(None)))
+            self.rerank = any(facts.reranked)
         if not (self.generation and self.outcome):
-            has_outcome = any(map(is_not, map(attrgetter("outcome"), traces), itertools.repeat(None)))
+            has_outcome = any(map(is_not, facts.outcome, itertools.repeat(None)))
             self.generation = self.generation or has_outcome or bool(part.has_list("packed").any())
             self.outcome = self.outcome or has_outcome
         return before != (len(self.branches), self.retrieval, self.rerank, self.generation, self.outcome)
@@ -93,9 +107,9 @@ class Structure:
 
 @dataclass
 class KnownBatch:
-    """The traces of a batch whose query is in the golden set, with their units."""
+    """The traces of a batch whose query is in the golden set (their fields as columns), with their units."""
 
-    traces: list[Trace]
+    facts: TraceFacts
     units: UnitColumns
     list_trace: np.ndarray
     tokens: np.ndarray
@@ -104,25 +118,31 @@ class KnownBatch:
     def of(cls, batch: TraceBatch, golden: GoldenSet, keep: np.ndarray | None = None) -> KnownBatch:
         """``keep``: per trace, whether the golden set holds its query, when the caller has it at hand."""
         if keep is None:
-            keep = np.fromiter((m.query_id in golden for m in batch.traces), dtype=bool, count=len(batch.traces))
+            qids = batch.facts.query_id
+            keep = np.fromiter(map(golden.__contains__, qids), dtype=bool, count=len(qids))
         if keep.all():
-            return cls(batch.traces, batch.units, batch.list_trace, batch.tokens)
+            return cls(batch.facts, batch.units, batch.list_trace, batch.tokens)
         u = batch.units
         new_index = np.cumsum(keep) - 1
         lists = np.flatnonzero(keep[batch.list_trace]) if len(batch.list_trace) else np.zeros(0, dtype=np.int64)
         unit_mask = np.repeat(keep[batch.list_trace], u.lengths) if len(u.lengths) else np.zeros(0, dtype=bool)
         idx = np.flatnonzero(unit_mask)
         cols = UnitColumns(keys=[u.keys[i] for i in lists], fields=[u.fields[i] for i in lists],
-                           lengths=u.lengths[lists], unit_id=[u.unit_id[i] for i in idx],
-                           doc_id=[u.doc_id[i] for i in idx], start=u.start[idx], end=u.end[idx],
+                           lengths=u.lengths[lists], unit_id=take_strs(u.unit_id, idx),
+                           doc_id=take_strs(u.doc_id, idx), start=u.start[idx], end=u.end[idx],
                            score=u.score[idx], has_score=u.has_score[idx],
                            text=None if u.text is None else [u.text[i] for i in idx],
                            rank=None if u.rank is None else u.rank[idx])
-        return cls([m for m, k in zip(batch.traces, keep, strict=True) if k], cols,
+        return cls(batch.facts.select(np.flatnonzero(keep).tolist()), cols,
                    new_index[batch.list_trace[lists]], batch.tokens[idx])
 
+    @property
+    def traces(self) -> list:
+        """The Trace objects (made on first use)."""
+        return self.facts.traces
+
     def has_list(self, name: str) -> np.ndarray:
-        out = np.zeros(len(self.traces), dtype=bool)
+        out = np.zeros(len(self.facts), dtype=bool)
         sel = np.asarray([f == name for f in self.units.fields], dtype=bool)
         out[self.list_trace[sel]] = True
         return out
@@ -130,7 +150,7 @@ class KnownBatch:
     @classmethod
     def empty(cls) -> KnownBatch:
         z = np.zeros(0, dtype=np.int64)
-        return cls([], UnitColumns([], [], z, [], [], z, z, np.zeros(0), np.zeros(0, dtype=bool), None,
+        return cls(TraceFacts.empty(), UnitColumns([], [], z, [], [], z, z, np.zeros(0), np.zeros(0, dtype=bool), None,
                                    np.zeros(0)), z, np.zeros(0))
 
 
@@ -168,8 +188,8 @@ def score_known(golden: GoldenSet, labels: Labels, part: KnownBatch, rows: list[
     n = len(rows)
     query_codes = np.fromiter(map(idx.query_codes.__getitem__, map(itemgetter(0), rows)), dtype=np.int64, count=n)
     n_rel = labels.n_rel_by_query[query_codes]
-    traces = part.traces
-    nt = len(traces)
+    facts = part.facts
+    nt = len(facts)
     present = row_trace >= 0
     # per-trace arrays get one more entry, for "no trace": row_trace's -1 picks it
     trace_of_row = np.where(present, row_trace, nt)
@@ -213,8 +233,7 @@ def score_known(golden: GoldenSet, labels: Labels, part: KnownBatch, rows: list[
     if structure.retrieval:
         emit("recall@fusion_depth", fused.recall_at(np.inf, relevant_ev, n_rel))
     if structure.rerank:
-        reranked_trace = np.fromiter(map(is_not, map(attrgetter("reranked"), traces), itertools.repeat(None)),
-                                     dtype=bool, count=nt)
+        reranked_trace = np.fromiter(facts.reranked, dtype=bool, count=nt)
         has_rr = reranked_trace[part.list_trace] if len(part.list_trace) else np.zeros(0, dtype=bool)
         final = tap((field_is("reranked") & has_rr) | (field_is("fused") & ~has_rr))
     else:
@@ -239,9 +258,9 @@ def score_known(golden: GoldenSet, labels: Labels, part: KnownBatch, rows: list[
     unit_trace = part.list_trace[unit_list] if len(unit_list) else np.zeros(0, dtype=np.int64)
     in_packed = packed_sel[unit_list] if len(unit_list) else np.zeros(0, dtype=bool)
     unknown_tokens = np.bincount(unit_trace[in_packed], weights=np.isnan(part.tokens[in_packed]), minlength=nt)
-    outcome = np.fromiter(itertools.chain(map(OUTCOME_CODES.__getitem__, map(attrgetter("outcome"), traces)), (_ERROR,)),
+    outcome = np.fromiter(itertools.chain(map(OUTCOME_CODES.__getitem__, facts.outcome), (_ERROR,)),
                           dtype=np.int8, count=nt + 1)
-    packed_tokens = np.fromiter(map(attrgetter("packed_tokens"), traces), dtype=np.float64, count=nt)
+    packed_tokens = np.fromiter(facts.packed_tokens, dtype=np.float64, count=nt)
     err = outcome[:nt] == _ERROR
     ctx_tokens = np.select([err, (packed_tokens != 0) | (has_packed & (unknown_tokens == 0)),
                             has_packed | (n_lists == 0)], [0.0, packed_tokens, np.nan], 0.0)
@@ -252,12 +271,12 @@ def score_known(golden: GoldenSet, labels: Labels, part: KnownBatch, rows: list[
         emit("recall@context", np.where(silent, np.nan, context.recall_at(np.inf, relevant_ev, n_rel)))
         emit("context_tokens", ctx_tokens)
     if structure.outcome:
-        answers = [*map(attrgetter("answer"), traces), None]
-        n_cites = np.fromiter(map(len, map(attrgetter("citations"), traces)), dtype=np.int64, count=nt)
-        cited = [(int(trace_row[t]), traces[t]) for t in np.flatnonzero((n_cites > 0) & (trace_row[:nt] >= 0))]
+        answers = [*facts.answer, None]
+        citations = facts.citations
+        n_cites = np.fromiter(map(len, citations), dtype=np.int64, count=nt)
+        cited = [(int(trace_row[t]), citations[t]) for t in np.flatnonzero((n_cites > 0) & (trace_row[:nt] >= 0))]
         pu = np.flatnonzero((packed_sel & (list_row >= 0))[unit_list]) if len(unit_list) else unit_list
-        packed = (list_row[unit_list[pu]], [u.unit_id[i] for i in pu.tolist()], [u.doc_id[i] for i in pu.tolist()],
-                  u.start[pu], u.end[pu])
+        packed = (list_row[unit_list[pu]], take_strs(u.unit_id, pu), take_strs(u.doc_id, pu), u.start[pu], u.end[pu])
         gen = GenerationColumns.of(outcome[trace_of_row], [answers[t] for t in trace_of_row.tolist()], cited, packed)
         for name, v in _generation_rows(labels.references, query_codes, gen, doc_lengths):
             emit(name, v)
@@ -266,16 +285,15 @@ def score_known(golden: GoldenSet, labels: Labels, part: KnownBatch, rows: list[
     take = pa.array(trace_of_row)
 
     def per_trace(column: list, typ) -> pa.Array:
-        return pa.array(column + [None], typ).take(take)
+        return pa.array([*column, None], typ).take(take)
 
     per_row = {"stratum": labels.stratum.take(pa.array(query_codes)),
                "judged_fraction": _floats(judged),
-               "latency_ms": per_trace(list(map(methodcaller("get", "total"), map(attrgetter("durations_ms"), traces))),
-                                       pa.float64()),
-               "tokens_in": per_trace(list(map(attrgetter("tokens_in"), traces)), pa.int64()),
-               "tokens_out": per_trace(list(map(attrgetter("tokens_out"), traces)), pa.int64()),
-               "cost": per_trace(list(map(attrgetter("cost"), traces)), pa.float64()),
-               "trace_id": per_trace(list(map(attrgetter("trace_id"), traces)), pa.string())}
+               "latency_ms": per_trace(facts.total_ms, pa.float64()),
+               "tokens_in": per_trace(facts.tokens_in, pa.int64()),
+               "tokens_out": per_trace(facts.tokens_out, pa.int64()),
+               "cost": per_trace(facts.cost, pa.float64()),
+               "trace_id": per_trace(facts.trace_id, pa.string())}
     return _column_table(rows, names, values, per_row), ctx_tokens
 
 
@@ -348,21 +366,20 @@ def _stream_score(store, traces_path, corpus, golden, opt, labels, name, allow_p
 
     def write(part: KnownBatch, check: UnitCheck, skip_done: bool) -> tuple[list[tuple[str, int]], np.ndarray]:
         """Score ``part`` and queue its rows; returns its (query_id, trial) keys and context tokens."""
-        traces = part.traces
-        rows = list(zip(map(attrgetter("query_id"), traces), map(attrgetter("trial"), traces), strict=True))
+        facts = part.facts
+        rows = facts.keys
         table, ctx_tokens = score_known(golden, labels, part, rows, np.arange(len(rows)), structure, final_k,
                                         check, doc_lengths)
         if not (skip_done and rows and all(k in done for k in rows)):
-            writer.submit(lambda: store.write_batch(run_id, table,
-                                                    done=_done_markers(rows, dict(zip(rows, traces, strict=True)))))
+            writer.submit(lambda: store.write_batch(run_id, table, done=done_markers_of(facts)))
         return rows, ctx_tokens
 
     def _one_batch(batch: TraceBatch) -> None:
         nonlocal n_fail
-        qids = list(map(attrgetter("query_id"), batch.traces))
+        qids = batch.facts.query_id
         known = golden.contains_each(qids)
         unknown.update(itertools.compress(qids, ~known))
-        trials.update(map(attrgetter("trial"), batch.traces))
+        trials.update(batch.facts.trial)
         part = KnownBatch.of(batch, golden, known)
         check = validate_unit_columns(part.units, corpus, reader.lines)
         if structure.grow(part):

@@ -105,7 +105,7 @@ def _coded(keys: np.ndarray, names: np.ndarray) -> CodedStrings:
     order = np.argsort(first, kind="stable")
     rank = np.empty(len(distinct), dtype=np.int64)
     rank[order] = np.arange(len(distinct))
-    return CodedStrings(names[keys].tolist(), rank[inverse.reshape(-1)], names[distinct[order]].tolist())
+    return CodedStrings(rank[inverse.reshape(-1)], names[distinct[order]].tolist())
 
 
 class _BatchFailure(Exception):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +30,7 @@ from pydantic import BaseModel
 
 from ragassay._arrow_json import ESCAPED_KEY, depth, filled, open_brackets, parse_lines, valid
 from ragassay._arrow_json import MIN_PIECE as _MIN_PIECE  # a module global: tests shrink it
-from ragassay.trace.schema import Citation, CodedStrings, Trace, UnitColumns
+from ragassay.trace.schema import Citation, CodedStrings, Trace, TraceFacts, UnitColumns, take_strs
 
 _BIG = 2**53
 _UNIT_TYPES = {"unit_id": pa.string(), "doc_id": pa.string(), "start": pa.int64(), "end": pa.int64(),
@@ -73,23 +74,27 @@ class Part:
     """Valid traces (stripped of units, as the batch reader yields them) with their lines and unit columns."""
 
     lines: np.ndarray
-    traces: list[Trace]
+    facts: TraceFacts
     units: UnitColumns
     list_trace: np.ndarray
     tokens: np.ndarray
 
+    @property
+    def traces(self) -> list[Trace]:
+        return self.facts.traces
+
 
 def empty_part() -> Part:
     z = np.zeros(0, dtype=np.int64)
-    return Part(z, [], UnitColumns([], [], z, [], [], z, z, np.zeros(0), np.zeros(0, dtype=bool), None,
+    return Part(z, TraceFacts.empty(), UnitColumns([], [], z, [], [], z, z, np.zeros(0), np.zeros(0, dtype=bool), None,
                                    np.zeros(0)), z, np.zeros(0))
 
 
 def concat_parts(parts: list[Part]) -> Part:
-    parts = [p for p in parts if p.traces]
+    parts = [p for p in parts if len(p.facts)]
     if len(parts) <= 1:
         return parts[0] if parts else empty_part()
-    base = np.cumsum([0] + [len(p.traces) for p in parts])[:-1]
+    base = np.cumsum([0] + [len(p.facts) for p in parts])[:-1]
     us = [p.units for p in parts]
     texts = [u.text for u in us]
     text = None if all(t is None for t in texts) else [
@@ -101,14 +106,14 @@ def concat_parts(parts: list[Part]) -> Part:
                         start=np.concatenate([u.start for u in us]), end=np.concatenate([u.end for u in us]),
                         score=np.concatenate([u.score for u in us]),
                         has_score=np.concatenate([u.has_score for u in us]), text=text, rank=rank)
-    return Part(np.concatenate([p.lines for p in parts]), [t for p in parts for t in p.traces], units,
+    return Part(np.concatenate([p.lines for p in parts]), TraceFacts.concat([p.facts for p in parts]), units,
                 np.concatenate([p.list_trace + b for p, b in zip(parts, base, strict=True)]),
                 np.concatenate([p.tokens for p in parts]))
 
 
 def select(p: Part, idx: np.ndarray) -> Part:
     """The traces ``idx`` of ``p`` in that order, with their lists and units."""
-    pos = np.full(len(p.traces), -1, dtype=np.int64)
+    pos = np.full(len(p.facts), -1, dtype=np.int64)
     pos[idx] = np.arange(len(idx))
     u = p.units
     new_trace = pos[p.list_trace] if len(p.list_trace) else np.zeros(0, dtype=np.int64)
@@ -119,11 +124,11 @@ def select(p: Part, idx: np.ndarray) -> Part:
     take = np.repeat(first - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
     text = None if u.text is None else [u.text[i] for i in take]
     units = UnitColumns(keys=[u.keys[i] for i in lists], fields=[u.fields[i] for i in lists], lengths=lengths,
-                        unit_id=[u.unit_id[i] for i in take], doc_id=[u.doc_id[i] for i in take],
+                        unit_id=take_strs(u.unit_id, take), doc_id=take_strs(u.doc_id, take),
                         start=u.start[take], end=u.end[take], score=u.score[take], has_score=u.has_score[take],
                         text=text if text is not None and any(x is not None for x in text) else None,
                         rank=None if u.rank is None else u.rank[take])
-    return Part(p.lines[idx], [p.traces[i] for i in idx], units, new_trace[lists], p.tokens[take])
+    return Part(p.lines[idx], p.facts.select(np.asarray(idx).tolist()), units, new_trace[lists], p.tokens[take])
 
 
 def read_lines(lines: list[tuple[int, bytes]]) -> tuple[Part, list[tuple[int, bytes]]]:
@@ -532,8 +537,9 @@ def _citations(arr: pa.Array | None, rows: _Rows) -> list | None:
     return [objs[off[i]:off[i + 1]] if pres[i] else [] for i in range(n)]
 
 
-def _durations(arr: pa.Array | None, rows: _Rows) -> list[dict] | None:
-    """Per row the durations_ms dict (keys in the piece's first-seen order), or None when no row has one."""
+def _durations(arr: pa.Array | None, rows: _Rows) -> tuple[Callable[[], list[dict]], list[float | None]] | None:
+    """Per row the durations_ms dict (keys in the piece's first-seen order), made when the returned
+    function is called, and each row's ``total`` (None where absent); None when no row has durations."""
     n = len(rows.blobs)
     present = _present(arr, rows, "durations_ms", pa.types.is_struct)
     if present is None:
@@ -556,13 +562,22 @@ def _durations(arr: pa.Array | None, rows: _Rows) -> list[dict] | None:
         names.append(f.name)
         v = np.where(child_present, v, math.nan)
         gaps |= np.isnan(v)
-        cols.append(v.tolist())
-    if not cols:
-        return [{} for _ in range(n)]
-    if not gaps.any():  # every row has every key: no per-value NaN test
-        return list(map(dict, map(zip, itertools.repeat(names), zip(*cols, strict=True))))
-    isnan = math.isnan
-    return [{k: v for k, v in zip(names, vals, strict=True) if not isnan(v)} for vals in zip(*cols, strict=True)]
+        cols.append(v)
+    if "total" in names:
+        v = cols[names.index("total")]
+        total = pa.array(v, mask=np.isnan(v)).to_pylist()
+    else:
+        total = [None] * n
+
+    def dicts() -> list[dict]:
+        if not cols:
+            return [{} for _ in range(n)]
+        lists = [v.tolist() for v in cols]
+        if not gaps.any():  # every row has every key: no per-value NaN test
+            return list(map(dict, map(zip, itertools.repeat(names), zip(*lists, strict=True))))
+        isnan = math.isnan
+        return [{k: v for k, v in zip(names, vals, strict=True) if not isnan(v)} for vals in zip(*lists, strict=True)]
+    return dicts, total
 
 
 def _build(table, col, lines, ok, sources, branch_names, branch_present, citations, durations, extra) -> Part:
@@ -587,27 +602,37 @@ def _build(table, col, lines, ok, sources, branch_names, branch_present, citatio
                     if branch_names else [()] * n)
     tid, question, answer, outcome, error, tokens_in, tokens_out, cost = (
         cols_py[k] for k in ("trace_id", "question", "answer", "outcome", "error", "tokens_in", "tokens_out", "cost"))
-    new = object.__new__
-    traces = []
-    for j, i in enumerate(idx.tolist()):
-        rec = extra.get(i)
-        if rec is not None and len(rec.get("branches") or ()) > 1:
-            branches = {k: [] for k in rec["branches"]}
-        else:
-            branches = {name: [] for name in row_branches[i]}
-        t = new(Trace)
-        _set_dict(t, {
-            "trace_id": tid[j], "query_id": qid[j], "trial": trial[j], "question": question[j],
-            "branches": branches, "fused": [], "reranked": [] if reranked[j] else None, "packed": [],
-            "packed_tokens": packed_tokens[j], "cut": [], "answer": answer[j],
-            "citations": citations[i] if citations is not None else [], "outcome": outcome[j], "error": error[j],
-            "durations_ms": durations[i] if durations is not None else {}, "tokens_in": tokens_in[j],
-            "tokens_out": tokens_out[j], "cost": cost[j],
-            "meta": rec["meta"] if rec is not None and "meta" in rec else {}})
-        _set_fields_set(t, _TRACE_FIELDS_SET)
-        _set_extra(t, None)
-        _set_private(t, None)
-        traces.append(t)
+    rows_i = idx.tolist()
+    # a record with several branches keeps its own key order (read with orjson into ``extra``)
+    names_of = [tuple(extra[i]["branches"]) if i in extra and len(extra[i].get("branches") or ()) > 1
+                else row_branches[i] for i in rows_i] if extra else [row_branches[i] for i in rows_i]
+    cites = [citations[i] for i in rows_i] if citations is not None else [[] for _ in rows_i]
+    total = [durations[1][i] for i in rows_i] if durations is not None else [None] * len(rows_i)
+    metas = {i: rec["meta"] for i, rec in extra.items() if "meta" in rec}  # not the records: they hold units
+
+    def make() -> list[Trace]:
+        """The Trace objects, set as pydantic's validator leaves them (from lists, not the table: a batch
+        waiting to be scored holds no Arrow memory)."""
+        dicts = durations[0]() if durations is not None else None
+        new = object.__new__
+        traces = []
+        for j, i in enumerate(rows_i):
+            t = new(Trace)
+            _set_dict(t, {
+                "trace_id": tid[j], "query_id": qid[j], "trial": trial[j], "question": question[j],
+                "branches": {name: [] for name in names_of[j]}, "fused": [],
+                "reranked": [] if reranked[j] else None, "packed": [], "packed_tokens": packed_tokens[j], "cut": [],
+                "answer": answer[j], "citations": cites[j], "outcome": outcome[j], "error": error[j],
+                "durations_ms": dicts[i] if dicts is not None else {}, "tokens_in": tokens_in[j],
+                "tokens_out": tokens_out[j], "cost": cost[j],
+                "meta": metas.get(i, {})})
+            _set_fields_set(t, _TRACE_FIELDS_SET)
+            _set_extra(t, None)
+            _set_private(t, None)
+            traces.append(t)
+        return traces
+    facts = TraceFacts(qid, trial, tid, outcome, error, answer, packed_tokens, reranked, names_of, cites, total,
+                       tokens_in, tokens_out, cost, make=make)
 
     # lists: one per (kept row, source) with units, ordered by row, then the record's order of its lists
     pos = np.full(n, -1, dtype=np.int64)
@@ -649,14 +674,14 @@ def _build(table, col, lines, ok, sources, branch_names, branch_present, citatio
                         text=text.to_pylist() if text.null_count < len(text) else None,
                         rank=filled(flat["rank"].cast(pa.float64()), math.nan))
     tokens = filled(flat["tokens"].cast(pa.float64()), math.nan)
-    return Part(lineno[idx], traces, units, list_trace, tokens)
+    return Part(lineno[idx], facts, units, list_trace, tokens)
 
 
 def _strs(arr: pa.Array) -> CodedStrings:
-    """A string column without nulls as a list of str, one object per distinct value (ids repeat across
-    lists: one str per distinct id is cheaper to make, and later dict passes over them hash each once).
-    The list keeps the hash encoding's codes: unit validation and scoring reuse them."""
+    """A string column without nulls as its hash encoding's codes and distinct values (ids repeat across
+    lists): unit validation and scoring use the codes, and a str per unit is made only if the sequence is
+    iterated."""
     d = pc.dictionary_encode(arr)
     distinct = d.dictionary.to_pylist()
     codes = d.indices.to_numpy().astype(np.int64)
-    return CodedStrings(np.asarray(distinct, dtype=object)[codes].tolist(), codes, distinct)
+    return CodedStrings(codes, distinct)

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from ragassay._gc import gc_paused
 from ragassay.errors import SchemaError
 from ragassay.trace._arrow_batch import LONG_INT, Part, concat_parts, read_lines, select
-from ragassay.trace.schema import RunHeader, Trace, Unit, UnitColumns
+from ragassay.trace.schema import RunHeader, Trace, TraceFacts, Unit, UnitColumns
 
 
 class Problem(NamedTuple):
@@ -272,18 +272,22 @@ _BIG = 2**53
 class TraceBatch:
     """Consecutive valid traces of a file, their units as columns.
 
-    ``traces`` are the validated records with every unit list emptied (``reranked`` keeps None or []),
-    ``lines`` their file lines; ``units`` hold the units of every non-empty list, trace after trace in
+    ``facts`` hold the validated records' fields as columns and ``traces`` the records themselves, with
+    every unit list emptied (``reranked`` keeps None or []), made on first use; ``lines`` their file lines; ``units`` hold the units of every non-empty list, trace after trace in
     :meth:`Trace.unit_lists` order; ``list_trace`` gives each list's trace index and ``tokens`` each unit's
     token count (NaN where absent). ``span`` (first byte, end byte, first line) lets a reader replay it.
     """
 
-    traces: list[Trace]
+    facts: TraceFacts
     lines: list[int]
     units: UnitColumns
     list_trace: np.ndarray
     tokens: np.ndarray
     span: tuple[int, int, int]
+
+    @property
+    def traces(self) -> list[Trace]:
+        return self.facts.traces
 
 
 def _strip(rec: dict) -> dict:
@@ -561,35 +565,36 @@ class TraceBatchReader:
         with gc_paused():  # parsing allocates millions of acyclic objects; generation scans would free nothing
             fast, rest = parsed if parsed is not None else _read_fast(pending)
             if not replay:
-                self.n_records += len(fast.traces)
+                self.n_records += len(fast.facts)
             cands = self._records(rest, problems, blobs, replay)
             if cands:
                 cols = self._validated(cands, problems, blobs)  # edits cands: it must run first
-                slow = Part(np.asarray([c[0] for c in cands], dtype=np.int64), [m for _, _, m in cands], *cols)
+                slow = Part(np.asarray([c[0] for c in cands], dtype=np.int64),
+                            TraceFacts.from_traces([m for _, _, m in cands]), *cols)
                 part = concat_parts([fast, slow])
-                if fast.traces:
+                if len(fast.facts):
                     part = select(part, np.argsort(part.lines, kind="stable"))
             else:
                 part = fast
             keep = []
             seen = self.lines
-            for i, (lineno, m) in enumerate(zip(part.lines.tolist(), part.traces, strict=True)):
-                key = (m.query_id, m.trial)
+            facts = part.facts
+            for i, (lineno, key) in enumerate(zip(part.lines.tolist(), facts.keys, strict=True)):
                 if replay:
                     if seen.get(key) == lineno:
                         keep.append(i)
                 elif (first_line := seen.setdefault(key, lineno)) != lineno:
-                    problems.append(Problem(lineno, f"duplicate trace for query {m.query_id!r} trial {m.trial} "
+                    problems.append(Problem(lineno, f"duplicate trace for query {key[0]!r} trial {key[1]} "
                                                     f"(first at line {first_line}); skipped"))
                 else:
                     keep.append(i)
-            if len(keep) < len(part.traces):
+            if len(keep) < len(facts):
                 part = select(part, np.asarray(keep, dtype=np.int64))
         if not replay:
             problems.sort(key=lambda p: p.line)
             self.problems.extend(problems)
-            self.n_traces += len(part.traces)
-        return TraceBatch(part.traces, part.lines.tolist(), part.units, part.list_trace, part.tokens, span)
+            self.n_traces += len(part.facts)
+        return TraceBatch(part.facts, part.lines.tolist(), part.units, part.list_trace, part.tokens, span)
 
     def _records(self, lines: list[tuple[int, bytes]], problems: list[Problem], blobs: dict[int, bytes],
                  replay: bool) -> list[tuple[int, dict, Trace]]:

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from ragassay.errors import SchemaError
 from ragassay.trace.io import Problem, TraceBatch, _first_error
-from ragassay.trace.schema import RunHeader, Trace, UnitColumns
+from ragassay.trace.schema import RunHeader, Trace, TraceFacts, UnitColumns
 
 HEADER_KEY = b"ragassay.header"
 SIDECAR = "_header.json"
@@ -296,7 +296,8 @@ class ParquetTraceReader:
             self.n_traces += len(keep)
         units, list_trace, tokens = _unit_columns(lists, [i for i, _, _ in keep], [m.key for _, _, m in keep],
                                                   branch_names)
-        return TraceBatch([m for _, _, m in keep], [ln for _, ln, _ in keep], units, list_trace, tokens, span)
+        return TraceBatch(TraceFacts.from_traces([m for _, _, m in keep]), [ln for _, ln, _ in keep], units,
+                          list_trace, tokens, span)
 
     def _full(self, table: pa.Table, i: int, line: int, problems: list[Problem]) -> None:
         """Validate row ``i`` with its units as the JSONL reader does a record it cannot take the fast way;

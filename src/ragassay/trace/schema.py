@@ -12,6 +12,7 @@ import datetime as dt
 import hashlib
 import json
 import math
+import operator
 import os
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -325,6 +326,98 @@ class UnitColumns:
                                     count=n))
 
 
+_FACT_COLUMNS = ("query_id", "trial", "trace_id", "outcome", "error", "answer", "packed_tokens", "reranked",
+                 "branches", "citations", "total_ms", "tokens_in", "tokens_out", "cost")
+
+
+@dataclass(eq=False)
+class TraceFacts:
+    """The record fields scoring reads, as columns over a batch's traces (entry i belongs to trace i), so a
+    reader that parsed the batch as columns need not build a :class:`Trace` per record:
+
+    ``query_id``, ``trial``, ``trace_id``, ``outcome``, ``error``, ``answer``, ``packed_tokens``,
+    ``tokens_in``, ``tokens_out``, ``cost`` (the trace's values), ``reranked`` (whether the record has a
+    reranked list, empty or not), ``branches`` (its branch names in its own order), ``citations`` (its
+    Citation list) and ``total_ms`` (``durations_ms["total"]``, None when absent).
+
+    :attr:`traces` gives the Trace objects themselves (units stripped, as the batch readers yield them),
+    made on first use by ``make`` for the readers that defer them.
+    """
+
+    query_id: list[str]
+    trial: list[int]
+    trace_id: list[str]
+    outcome: list[str | None]
+    error: list[str | None]
+    answer: list[str | None]
+    packed_tokens: list[int]
+    reranked: list[bool]
+    branches: list[Sequence[str]]
+    citations: list[list[Citation]]
+    total_ms: list[float | None]
+    tokens_in: list[int | None]
+    tokens_out: list[int | None]
+    cost: list[float | None]
+    make: Any = field(default=None, repr=False)  # () -> list[Trace]
+    _traces: list[Trace] | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_traces(cls, traces: Sequence[Trace]) -> TraceFacts:
+        traces = list(traces)
+
+        def col(name):
+            return list(map(operator.attrgetter(name), traces))
+        return cls(col("query_id"), col("trial"), col("trace_id"), col("outcome"), col("error"), col("answer"),
+                   col("packed_tokens"), [t.reranked is not None for t in traces],
+                   [tuple(t.branches) for t in traces], col("citations"),
+                   [t.durations_ms.get("total") for t in traces], col("tokens_in"), col("tokens_out"), col("cost"),
+                   _traces=traces)
+
+    @classmethod
+    def empty(cls) -> TraceFacts:
+        return cls.from_traces([])
+
+    def __len__(self) -> int:
+        return len(self.query_id)
+
+    @property
+    def keys(self) -> list[tuple[str, int]]:
+        """Each trace's (query_id, trial)."""
+        return list(zip(self.query_id, self.trial, strict=True))
+
+    @property
+    def traces(self) -> list[Trace]:
+        if self._traces is None:
+            self._traces = self.make()
+        return self._traces
+
+    def select(self, idx: Sequence[int]) -> TraceFacts:
+        """The traces at positions ``idx`` (ints), in that order."""
+        idx = list(idx)
+        if idx == list(range(len(self))):
+            return self
+        get = operator.itemgetter(*idx) if len(idx) > 1 else None
+
+        def pick(column: list) -> list:
+            if not idx:
+                return []
+            return list(get(column)) if get is not None else [column[idx[0]]]
+        out = TraceFacts(*(pick(getattr(self, name)) for name in _FACT_COLUMNS))
+        out.make = lambda: pick(self.traces)
+        return out
+
+    @staticmethod
+    def concat(parts: Sequence[TraceFacts]) -> TraceFacts:
+        parts = [p for p in parts if len(p)]
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return TraceFacts.empty()
+        out = TraceFacts(*([x for p in parts for x in getattr(p, name)] for name in _FACT_COLUMNS))
+        out.make = lambda: [t for p in parts for t in p.traces]
+        return out
+
+
 def first_index_codes(values: Sequence[str]) -> tuple[np.ndarray, dict[str, int]]:
     """Per value, the index of its first occurrence (equal values, equal codes), and value -> that index.
 
@@ -334,17 +427,69 @@ def first_index_codes(values: Sequence[str]) -> tuple[np.ndarray, dict[str, int]
     return codes, first
 
 
-class CodedStrings(list):
-    """A list of str that carries its :func:`dense_codes` (``codes``, read-only, and ``distinct``), for a
-    reader whose column was already hash-encoded: the codes are not computed again. Never mutated after it
-    is built (a slice or copy is a plain list, coded again when needed)."""
+class CodedStrings(Sequence):
+    """A sequence of str held as its :func:`dense_codes` (``codes``, read-only, and ``distinct``), for a
+    reader whose column was already hash-encoded: the codes are not computed again, and the str per value
+    is made only when the sequence is iterated or sliced (scoring reads the codes, and a handful of values
+    through :meth:`take`). Never mutated after it is built. Equal to any sequence of the same strs."""
 
-    __slots__ = ("codes", "distinct")
+    __slots__ = ("codes", "distinct", "_values")
 
-    def __init__(self, values: list[str], codes: np.ndarray, distinct: list[str]):
-        super().__init__(values)
+    def __init__(self, codes: np.ndarray, distinct: list[str], values: list[str] | None = None):
         codes.flags.writeable = False
-        self.codes, self.distinct = codes, distinct
+        self.codes, self.distinct, self._values = codes, distinct, values
+
+    @property
+    def values(self) -> list[str]:
+        """Every value, as a list (made once)."""
+        if self._values is None:
+            self._values = np.asarray(self.distinct, dtype=object)[self.codes].tolist() if len(self.codes) else []
+        return self._values
+
+    def take(self, idx: np.ndarray | Sequence[int]) -> list[str]:
+        """The values at positions ``idx``, as a list."""
+        idx = np.asarray(idx, dtype=np.int64)
+        if not len(idx):
+            return []
+        return np.asarray(self.distinct, dtype=object)[self.codes[idx]].tolist()
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.values[i]
+        return self.distinct[self.codes[i]]
+
+    def __iter__(self):
+        return iter(self.values)
+
+    def __contains__(self, value) -> bool:
+        return value in self.distinct
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, CodedStrings):
+            return self.values == other.values
+        return isinstance(other, Sequence) and not isinstance(other, str) and self.values == list(other)
+
+    __hash__ = None  # mutable-sequence semantics, as the list it stands for
+
+    def __repr__(self) -> str:
+        return f"CodedStrings({self.values!r})"
+
+    def __reduce__(self):
+        return CodedStrings, (np.array(self.codes), self.distinct)
+
+    def __arrow_array__(self, type=None) -> pa.Array:
+        out = pa.DictionaryArray.from_arrays(pa.array(self.codes, pa.int64()), pa.array(self.distinct, pa.string()))
+        return out.cast(type or pa.string())
+
+
+def take_strs(values: Sequence[str], idx: np.ndarray) -> list[str]:
+    """``[values[i] for i in idx]``, from the codes when ``values`` is a :class:`CodedStrings`."""
+    if type(values) is CodedStrings:
+        return values.take(idx)
+    return [values[i] for i in np.asarray(idx, dtype=np.int64).tolist()]
 
 
 def dense_codes(values: Sequence[str]) -> tuple[np.ndarray, list[str]]:
