@@ -59,9 +59,10 @@ def _sniff_file(path: Path) -> str:
         raise InputError(f"{path}: file not found; pass a trace JSONL, RAGAS rows or a TREC run file")
     with path.open("rb") as fh:
         first = b""
-        for raw in fh:
-            if raw.strip():
-                first = raw.strip()
+        for i, raw in enumerate(fh):
+            line = (raw.removeprefix(b"\xef\xbb\xbf") if i == 0 else raw).strip()  # a byte-order mark is allowed
+            if line:
+                first = line
                 break
     if not first:
         raise InputError(f"{path}: file is empty; expected traces, RAGAS rows or a TREC run")
@@ -117,7 +118,8 @@ def evaluate(system: Any, *, golden: Any = None, corpus: Any = None, store: Any 
     :class:`~ragassay.corpus.Corpus`; both default to the bundled demo data. ``store`` is a DuckDB path or
     an open :class:`~ragassay.store.Store`; ``options`` a :class:`~ragassay.analysis.scoring.ScoringOptions`
     (hit rule, relevance threshold, gain, ties), by default the hit rule and relevance threshold the golden
-    set's manifest states. Scoring and storage are exactly ``ragassay score``'s.
+    set's manifest states. Scoring and storage are exactly ``ragassay score``'s. ``progress`` shows bars on
+    the terminal: the calls of a callable system, then the scoring of the traces.
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise InputError(f"trials={trials!r}: give a positive integer")
@@ -143,6 +145,7 @@ def _is_trace_file(path: Path) -> bool:
 
 def _evaluate(system, golden, corpus, store, name, trials, concurrency, options, allow_pin_mismatch, progress,
               read_ahead) -> Run:
+    from ragassay._progress import scoring_bar
     from ragassay.analysis.runner import score_traces_into_store
     from ragassay.trace import write_traces
 
@@ -158,16 +161,18 @@ def _evaluate(system, golden, corpus, store, name, trials, concurrency, options,
     with tempfile.TemporaryDirectory(prefix="ragassay-api-") as tmp:
         if read_ahead is not None or (isinstance(system, (str, Path)) and _sniff_file(Path(system)) == "traces"):
             path = Path(system)
+            label = path.name
         else:
             header, traces, adapter_problems = _traces_for(system, corp, gs, name=name, trials=trials,
                                                            concurrency=concurrency, progress=progress)
             path = Path(tmp) / f"{header.run_name}.jsonl"
+            label = header.run_name
             write_traces(path, header.model_copy(update={"dataset_version": gs.dataset_version,
                                                          "corpus_digest": corp.digest}), traces)
-        with _open(store, read_only=False) as st:
+        with _open(store, read_only=False) as st, scoring_bar(label, disable=not progress) as tick:
             run_id, info = score_traces_into_store(st, path, corp, gs, options=options, name=name,
                                                    allow_pin_mismatch=allow_pin_mismatch,
-                                                   read_ahead=read_ahead)
+                                                   read_ahead=read_ahead, progress=tick)
             rec = st.get_run(run_id)
     info["adapter_problems"] = [f"{p.line}: {p.message}" for p in adapter_problems]
     return Run(rec, store, info)

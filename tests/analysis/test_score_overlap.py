@@ -3,6 +3,7 @@ are written by one writer thread. Order, failures and resume must be exactly tho
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -263,3 +264,30 @@ def test_score_cli_shows_a_bar_on_a_terminal_and_none_with_json(tmp_path, monkey
         shown = term.getvalue()
         assert ("scoring r.jsonl" in shown) is not json_out
     capsys.readouterr()
+
+
+def test_evaluate_with_progress_shows_the_scoring_bar_and_none_without(tmp_path, monkeypatch):
+    import io
+
+    import rich
+    from rich.console import Console
+
+    import ragassay
+
+    corpus, golden = load_inputs(None, None)
+    path = _random_file(tmp_path / "r.jsonl", corpus, golden, 9)
+    rows = []
+    for progress in (True, False):
+        term = io.StringIO()
+        monkeypatch.setattr(rich, "_console", Console(file=term, force_terminal=True, width=100))
+        run = ragassay.evaluate(path, golden=golden, corpus=corpus, store=tmp_path / f"s{progress}.duckdb",
+                                progress=progress)
+        shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", term.getvalue())  # the bar's colours and cursor moves
+        assert ("scoring r.jsonl" in shown and "100%" in shown) is progress
+        rows.append(run.to_arrow().drop_columns(["run_id"]).sort_by([("query_id", "ascending"), ("trial", "ascending"),
+                                                                     ("metric", "ascending")]))
+    with Store.open(tmp_path / "cli.duckdb") as st:  # the file starts with a byte-order mark: still traces
+        run_id, _ = score_traces_into_store(st, path, corpus, golden)
+        want = st.results(run_id).drop_columns(["run_id"]).sort_by([("query_id", "ascending"), ("trial", "ascending"),
+                                                                     ("metric", "ascending")])
+    assert rows[0].num_rows > 100 and rows[0].equals(rows[1]) and rows[0].equals(want)

@@ -392,7 +392,7 @@ def _score_batch(ctx: _ScoreContext, keys: Sequence[tuple[str, int]], traces: li
 def score_traces_into_store(store: Store, traces_path: str | Path, corpus: Corpus, golden: GoldenSet, *,
                             options: ScoringOptions | None = None, name: str | None = None,
                             allow_pin_mismatch: bool = False, batch_size: int | None = None,
-                            resume: str | None = None, read_ahead=None) -> tuple[str, dict]:
+                            resume: str | None = None, read_ahead=None, progress=None) -> tuple[str, dict]:
     """Import another system's traces (JSONL), score them and store them as a run, batch by batch
     (:mod:`ragassay.analysis.stream`: memory bounded by ``batch_size`` traces).
 
@@ -402,6 +402,7 @@ def score_traces_into_store(store: Store, traces_path: str | Path, corpus: Corpu
     mismatch is recorded in the run's ``extra["pin_mismatch"]``. ``resume`` (a run id) finishes a killed
     import of the same file into the same run. ``read_ahead`` is a
     :class:`~ragassay.analysis.stream.TraceReadAhead` of the same file already reading (its batch size wins).
+    ``progress(done, total)`` is called after each batch (bytes of the file).
     """
     from ragassay.analysis.stream import BATCH_TRACES, stream_score_into_store
 
@@ -409,4 +410,4 @@ def score_traces_into_store(store: Store, traces_path: str | Path, corpus: Corpu
         batch_size = read_ahead.batch_size
     return stream_score_into_store(store, traces_path, corpus, golden, options=options, name=name,
                                    allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size or BATCH_TRACES,
-                                   resume=resume, read_ahead=read_ahead)
+                                   resume=resume, read_ahead=read_ahead, progress=progress)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -13,13 +11,13 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
-    TaskProgressColumn,
     TextColumn,
     TimeRemainingColumn,
 )
 from rich.table import Table
 from rich.text import Text
 
+from ragassay._progress import scoring_bar
 from ragassay.analysis.summary import stored_run_summary
 from ragassay.cli.common import console, print_json
 from ragassay.errors import InputError
@@ -244,21 +242,11 @@ def run(
         _report(st, run_id, info, store, json_out, timing if profile and traces is None else None, judged)
 
 
-@contextmanager
-def _score_progress(source: Path, json_out: bool) -> Iterator:
+def _score_progress(source: Path, json_out: bool):
     """A bar on the terminal while ``score`` works through ``source`` (none with ``--json``, or when output
     is not a terminal); yields the ``progress(done, total)`` callback: bytes of a JSONL file or rows of a
     Parquet dataset scored, or files stored on Ray workers."""
-    cols = (TextColumn("[bold]scoring {task.description}"), BarColumn(), TaskProgressColumn(),
-            TimeRemainingColumn())
-    with Progress(*cols, transient=True, disable=json_out or not console.is_terminal, console=console,
-                  refresh_per_second=4) as bar:
-        task = bar.add_task(escape(source.name), total=None)
-
-        def tick(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield tick
+    return scoring_bar(source.name, disable=json_out or not console.is_terminal, console=console)
 
 
 def score(
