@@ -21,7 +21,7 @@ from ragassay.pipeline import Pipeline
 from ragassay.store import Store
 from ragassay.trace import write_traces
 from ragassay.trace.parquet import HEADER_KEY, TRACE_SCHEMA, ParquetTraceReader, write_parquet_traces
-from ragassay.trace.schema import RunHeader
+from ragassay.trace.schema import RunHeader, Trace
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def _broken(rng, rec):
     rec = json.loads(json.dumps(rec))
     units = rec.get("fused") or [{"unit_id": "x", "doc_id": "MIT", "start": 0, "end": 1}]
     rec["fused"] = units
-    kind = rng.randrange(12)
+    kind = rng.randrange(20)
     if kind == 0:
         rec.pop("query_id")
     elif kind == 1:
@@ -112,6 +112,23 @@ def _broken(rng, rec):
         rec["durations_ms"] = {"total": -1.0}
     elif kind == 10:
         rec["branches"] = {"bm25": [units[0], None]}
+    elif kind == 12:
+        rec["cost"] = -0.5
+    elif kind == 13:
+        rec["trace_id"] = ""
+    elif kind == 14:
+        rec["tokens_in"] = -3
+    elif kind == 15:
+        rec["citations"] = [{"unit_id": "u", "start": 5, "end": 2}]
+    elif kind == 16:
+        rec["outcome"] = "answered"
+        rec.pop("answer", None)
+    elif kind == 17:
+        rec["durations_ms"] = {"total": 3.0, "generate": -2.0}
+    elif kind == 18:
+        rec["outcome"], rec["error"] = "error", ""
+    elif kind == 19:
+        rec["citations"] = [{"unit_id": ""}]
     else:
         rec["trial"] = -1
     return rec
@@ -154,6 +171,47 @@ def test_random_broken_traces_in_a_directory_of_files_store_the_jsonl_rows(bundl
     assert info["schema_failures"] >= 20 and info["unit_failures"] > 20 and info["missing"] > 50
     assert info["unknown_queries"] == ["not-a-query"]
     assert any("duplicate trace" in p for p in info["problems"])
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_dataset_batches_give_the_jsonl_readers_facts_and_traces_without_a_model_per_valid_row(bundled, seed,
+                                                                                              tmp_path, monkeypatch):
+    """The record fields scoring reads (TraceFacts) come from the columns for the rows the column checks
+    pass, and equal the JSONL reader's, column by column; so do the Trace objects made from them."""
+    from ragassay.trace.io import TraceBatchReader
+    from ragassay.trace.schema import _FACT_COLUMNS
+
+    corpus, golden = bundled
+    header = RunHeader(run_name="rand", corpus_digest=corpus.digest, dataset_version=golden.dataset_version)
+    records = random_records(corpus, golden, seed)
+    for i, rec in enumerate(records[:40]):  # a repeated duration key: the map keeps its last value
+        if i % 4 == 0 and isinstance(rec.get("durations_ms"), dict):
+            rec["durations_ms"] = {**rec["durations_ms"], "total": 7.0 + i}
+    jsonl = _jsonl(tmp_path / "r.jsonl", header, records)
+    ds = write_parquet_traces(tmp_path / "r.parquet", header, records, row_group_size=40)
+    # the repeated key, written as map entries
+    table = pq.read_table(ds)
+    dur = table.column("durations_ms").to_pylist()
+    dur = [None if d is None else ([("total", 1.0)] + list(d) if i < 40 and i % 4 == 0 else d)
+           for i, d in enumerate(dur)]
+    pq.write_table(table.set_column(table.schema.get_field_index("durations_ms"), "durations_ms",
+                                    pa.array(dur, TRACE_SCHEMA.field("durations_ms").type)), ds)
+    plain = TraceBatchReader(jsonl, 25)
+    want = list(plain)
+    validated = []
+    real = Trace.model_validate
+    monkeypatch.setattr(Trace, "model_validate", classmethod(lambda cls, rec: validated.append(1) or real(rec)))
+    fast = ParquetTraceReader(ds, 25)
+    got = list(fast)
+    n_models = len(validated)
+    assert ([_where(f"d:{p.line}: {p.message}", "d", 0) for p in fast.problems]
+            == [_where(f"j:{p.line}: {p.message}", "j", -1) for p in plain.problems])
+    assert sum(map(len, (b.facts for b in got))) == plain.n_traces > 200
+    for name in _FACT_COLUMNS:
+        assert ([x for b in got for x in getattr(b.facts, name)]
+                == [x for b in want for x in getattr(b.facts, name)]), name
+    assert n_models < plain.n_traces // 2  # the rows with meta or a problem (some twice), not every row
+    assert [t for b in got for t in b.traces] == [t for b in want for t in b.traces]
 
 
 def test_a_dataset_without_a_header_reports_it_and_a_sidecar_header_is_read(bundled, tmp_path):

@@ -28,9 +28,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
+from ragassay._arrow_json import filled, valid
 from ragassay.errors import SchemaError
+from ragassay.trace._arrow_batch import _OUTCOMES, _set_dict, _set_extra, _set_fields_set, _set_private, _strs
 from ragassay.trace.io import Problem, TraceBatch, _first_error
-from ragassay.trace.schema import RunHeader, Trace, TraceFacts, UnitColumns
+from ragassay.trace.schema import Citation, RunHeader, Trace, TraceFacts, UnitColumns
 
 HEADER_KEY = b"ragassay.header"
 SIDECAR = "_header.json"
@@ -51,6 +53,7 @@ TRACE_SCHEMA = pa.schema([
 _LISTS = ("fused", "reranked", "packed", "cut")
 # the map of branches as the list of (key, value) entries it is stored as, which compute kernels take
 _ENTRIES = pa.list_(pa.struct([("key", pa.string()), ("value", pa.list_(UNIT_TYPE))]))
+_DURATION_ENTRIES = pa.list_(pa.struct([("key", pa.string()), ("value", pa.float64())]))
 _BIG = 2**53
 
 
@@ -252,15 +255,18 @@ class ParquetTraceReader:
         if not replay:
             self.n_records += n
         plain = [c for c in table.column_names if c not in _LISTS and c != "branches"]
-        rows = table.select(plain).to_pylist()
         lists = {c: table.column(c).combine_chunks() for c in (*_LISTS, "branches") if c in table.column_names}
         branch_names = None
         if "branches" in lists:
             lists["branches"] = lists["branches"].cast(_ENTRIES)
             branch_names = _names(lists["branches"])
+        # rows whose record fields the columns prove valid are not built one by one (see _plain_ok)
+        fast = _plain_ok(table, lists)
+        slow = np.flatnonzero(~fast).tolist()
+        rows = table.select(plain).take(pa.array(slow, pa.int64())).to_pylist() if slow else []
         cands: list[tuple[int, int, Trace]] = []  # (row in batch, line, record without units)
         valid = {c: arr.is_valid().to_pylist() for c, arr in lists.items()}
-        for i, row in enumerate(rows):
+        for i, row in zip(slow, rows, strict=True):
             line = first_line + i
             rec = _record(row, problems, line)
             if rec is None:
@@ -275,29 +281,39 @@ class ParquetTraceReader:
         bad = _unit_problems(lists, n, table.column("packed_tokens") if "packed_tokens" in table.column_names
                              else None)
         if bad.any():
+            for i in np.flatnonzero(bad & fast).tolist():
+                self._full(table, i, first_line + i, problems)
+            fast &= ~bad
             for i, line, _ in cands:
                 if bad[i]:
                     self._full(table, i, line, problems)
             cands = [c for c in cands if not bad[c[0]]]
+        fast_rows = np.flatnonzero(fast)
+        facts = TraceFacts.concat([_plain_facts(table.select(plain), fast_rows, branch_names, valid),
+                                   TraceFacts.from_traces([m for _, _, m in cands])])
+        row_of = np.concatenate([fast_rows, np.asarray([i for i, _, _ in cands], dtype=np.int64)])
+        order = np.argsort(row_of, kind="stable")
+        facts, row_of = facts.select(order.tolist()), row_of[order].tolist()
         keep = []
-        for i, line, m in cands:
+        for k, (i, key) in enumerate(zip(row_of, facts.keys, strict=True)):
+            line = first_line + i
             if replay:
-                if self.lines.get(m.key) == line:
-                    keep.append((i, line, m))
-            elif m.key in self.lines:
-                problems.append(Problem(line, f"duplicate trace for query {m.query_id!r} trial {m.trial} "
-                                              f"(first at line {self.lines[m.key]}); skipped"))
+                if self.lines.get(key) == line:
+                    keep.append(k)
+            elif key in self.lines:
+                problems.append(Problem(line, f"duplicate trace for query {key[0]!r} trial {key[1]} "
+                                              f"(first at line {self.lines[key]}); skipped"))
             else:
-                self.lines[m.key] = line
-                keep.append((i, line, m))
+                self.lines[key] = line
+                keep.append(k)
+        facts = facts.select(keep)
+        kept_rows = [row_of[k] for k in keep]
         if not replay:
             problems.sort(key=lambda p: p.line)
             self.problems.extend(problems)
             self.n_traces += len(keep)
-        units, list_trace, tokens = _unit_columns(lists, [i for i, _, _ in keep], [m.key for _, _, m in keep],
-                                                  branch_names)
-        return TraceBatch(TraceFacts.from_traces([m for _, _, m in keep]), [ln for _, ln, _ in keep], units,
-                          list_trace, tokens, span)
+        units, list_trace, tokens = _unit_columns(lists, kept_rows, facts.keys, branch_names)
+        return TraceBatch(facts, [first_line + i for i in kept_rows], units, list_trace, tokens, span)
 
     def _full(self, table: pa.Table, i: int, line: int, problems: list[Problem]) -> None:
         """Validate row ``i`` with its units as the JSONL reader does a record it cannot take the fast way;
@@ -311,6 +327,139 @@ class ParquetTraceReader:
             problems.append(Problem(line, _first_error(exc)))
             return
         raise RuntimeError(f"row {line} failed a unit check its model passes")
+
+
+def _in_range(arr: pa.Array, lo: int, hi: int) -> np.ndarray:
+    """Per value: null, or within [lo, hi]."""
+    v = filled(arr, lo)
+    return (v >= lo) & (v <= hi)
+
+
+def _nonempty(arr: pa.Array | None, n: int) -> np.ndarray:
+    """Per row: a string of at least one character."""
+    return np.zeros(n, dtype=bool) if arr is None else filled(pc.greater(pc.utf8_length(arr), 0), False)
+
+
+def _per_row(bad_values: np.ndarray, parent: np.ndarray, n: int) -> np.ndarray:
+    """Per row: whether any of its values (``parent`` gives each value's row) is flagged."""
+    return np.bincount(parent[bad_values], minlength=n).astype(bool) if len(parent) else np.zeros(n, dtype=bool)
+
+
+def _plain_ok(table: pa.Table, lists: dict[str, pa.Array]) -> np.ndarray:
+    """Per row, True when :class:`Trace` surely accepts its record fields (units aside: ``_unit_problems``
+    checks them) as the columns hold them, so the row needs no model of its own: the model's constraints,
+    tested on the columns. A row with ``meta`` (JSON text, parsed per row) and any value the test is not
+    sure of is False, and goes the model's way."""
+    n = table.num_rows
+    cols = {c: table.column(c).combine_chunks() for c in table.column_names}
+    get = cols.get
+    ok = _nonempty(get("trace_id"), n) & _nonempty(get("query_id"), n)
+    for name in ("trial", "packed_tokens", "tokens_in", "tokens_out"):
+        if name in cols:
+            ok &= _in_range(cols[name], 0, _BIG)
+    if "cost" in cols:
+        cost = filled(cols["cost"], 0.0)
+        ok &= np.isfinite(cost) & (cost >= 0)
+    if "meta" in cols:
+        ok &= ~valid(cols["meta"])
+    outcome = get("outcome")
+    if outcome is not None:
+        ok &= filled(pc.or_(pc.is_null(outcome), pc.is_in(outcome, pa.array(_OUTCOMES, pa.string()))), False)
+        ok &= ~filled(pc.equal(outcome, "error"), False) | _nonempty(get("error"), n)
+        ok &= ~filled(pc.equal(outcome, "answered"), False) | (valid(cols["answer"]) if "answer" in cols
+                                                                 else np.zeros(n, dtype=bool))
+    cites = get("citations")
+    if cites is not None and len(cites):
+        values, parent, _ = _flat(cites)
+        if len(values):
+            s, e = values.field("start"), values.field("end")
+            sv, ev = valid(s), valid(e)
+            bad = ~valid(values) | ~_nonempty(values.field("unit_id"), len(values)) | (sv != ev)
+            bad |= (filled(s, 0) < 0) | (filled(e, 0) < filled(s, 0))
+            ok &= ~_per_row(bad, parent, n)
+    durations = get("durations_ms")
+    if durations is not None and len(durations):
+        values, parent, _ = _flat(durations.cast(_DURATION_ENTRIES))
+        if len(values):
+            v = filled(values.field("value"), math.nan)
+            ok &= ~_per_row(~(np.isfinite(v) & (v >= 0)), parent, n)
+    branches = lists.get("branches")
+    if branches is not None and len(branches):
+        values, parent, _ = _flat(branches)
+        if len(values):
+            ok &= ~_per_row(~valid(values.field("value")), parent, n)
+    return ok
+
+
+def _citation_lists(arr: pa.Array, n: int) -> list[list[Citation]]:
+    """Per row its Citation objects (checked by ``_plain_ok``), set as the model leaves them: the keys the
+    row gives (its non-null fields) are the ones it records as set."""
+    values, parent, lengths = _flat(arr)
+    fields = [values.field(k).to_pylist() for k in ("unit_id", "doc_id", "start", "end")]
+    new = object.__new__
+    objs = []
+    for uid, doc, s_, e_ in zip(*fields, strict=True):
+        c = new(Citation)
+        _set_dict(c, {"unit_id": uid, "doc_id": doc, "start": s_, "end": e_})
+        _set_fields_set(c, {k for k, v in (("unit_id", uid), ("doc_id", doc), ("start", s_), ("end", e_))
+                            if v is not None})
+        _set_extra(c, None)
+        _set_private(c, None)
+        objs.append(c)
+    ends = np.cumsum(lengths).tolist()
+    return [objs[e - k:e] for e, k in zip(ends, lengths.tolist(), strict=True)]
+
+
+def _totals(arr: pa.Array, n: int) -> list[float | None]:
+    """Per row the last ``total`` of its durations map (a map keeps its last value of a key), None without."""
+    values, parent, _ = _flat(arr)
+    out = np.full(n, math.nan)
+    if len(values):
+        at = np.flatnonzero(filled(pc.equal(values.field("key"), "total"), False))
+        rows = parent[at]
+        last = np.flatnonzero(np.append(rows[1:] != rows[:-1], True)) if len(at) else at
+        out[rows[last]] = filled(values.field("value"), math.nan)[at[last]]
+    return pa.array(out, mask=np.isnan(out)).to_pylist()
+
+
+def _plain_facts(plain: pa.Table, rows: np.ndarray, branch_names: list | None, valid_lists: dict[str, list]
+                 ) -> TraceFacts:
+    """The facts of the rows ``rows`` of ``plain`` (the batch without its unit lists), which ``_plain_ok``
+    passed, from the columns; their Trace objects are validated from the rows on first use."""
+    if not len(rows):
+        return TraceFacts.empty()
+    t = plain.take(pa.array(rows, pa.int64()))
+    k = t.num_rows
+    have = set(t.column_names)
+
+    def py(name: str, fill=None) -> list:
+        if name not in have:
+            return [fill] * k
+        col = t.column(name)
+        return (pc.fill_null(col, fill) if fill is not None else col).to_pylist()
+
+    rows_i = rows.tolist()
+    names = [tuple(dict.fromkeys(branch_names[i])) if branch_names and branch_names[i] else () for i in rows_i]
+    reranked = valid_lists.get("reranked")
+    list_valid = {c: [ok[i] for i in rows_i] for c, ok in valid_lists.items()}
+    cites = (_citation_lists(t.column("citations").combine_chunks(), k) if "citations" in have
+             else [[] for _ in rows_i])
+    totals = (_totals(t.column("durations_ms").combine_chunks().cast(_DURATION_ENTRIES), k) if "durations_ms" in have
+              else [None] * k)
+
+    def make() -> list[Trace]:
+        out = []
+        for j, row in enumerate(t.to_pylist()):
+            rec = _record(row, [], 0)  # no meta: nothing to report
+            for c, ok in list_valid.items():
+                if ok[j]:
+                    rec[c] = dict.fromkeys(names[j], []) if c == "branches" else []
+            out.append(Trace.model_validate(rec))
+        return out
+
+    return TraceFacts(py("query_id"), py("trial", 0), py("trace_id"), py("outcome"), py("error"), py("answer"),
+                      py("packed_tokens", 0), [reranked[i] for i in rows_i] if reranked else [False] * k, names,
+                      cites, totals, py("tokens_in"), py("tokens_out"), py("cost"), make=make)
 
 
 def _names(arr: pa.Array) -> list[list[str] | None]:
@@ -422,8 +571,8 @@ def _unit_columns(lists: dict[str, pa.Array], rows: list[int], keys: list[tuple[
     units = (pa.concat_arrays(parts) if parts else pa.array([], UNIT_TYPE)).take(pa.array(take, pa.int64()))
     score, text, tokens = units.field("score"), units.field("text"), units.field("tokens")
     cols = UnitColumns(keys=[keys[t] for t in trace.tolist()], fields=[names_of[c] for c in code.tolist()],
-                       lengths=length.astype(np.int64), unit_id=units.field("unit_id").to_pylist(),
-                       doc_id=units.field("doc_id").to_pylist(),
+                       lengths=length.astype(np.int64), unit_id=_strs(units.field("unit_id")),
+                       doc_id=_strs(units.field("doc_id")),
                        start=units.field("start").to_numpy(zero_copy_only=False).astype(np.int64),
                        end=units.field("end").to_numpy(zero_copy_only=False).astype(np.int64),
                        score=pc.fill_null(score, math.nan).to_numpy(zero_copy_only=False).astype(np.float64),
