@@ -30,6 +30,7 @@ from pydantic import BaseModel
 
 from ragassay._arrow_json import ESCAPED_KEY, depth, filled, open_brackets, parse_lines, valid
 from ragassay._arrow_json import MIN_PIECE as _MIN_PIECE  # a module global: tests shrink it
+from ragassay._arrow_json import null_offsets as _nulls
 from ragassay.trace.schema import Citation, CodedStrings, Trace, TraceFacts, UnitColumns, take_strs
 
 _BIG = 2**53
@@ -306,19 +307,6 @@ def _null_keys(data: bytes) -> set[bytes]:
             if j > 0 and data[j] == 34:  # '"'
                 out.add(data[data.rfind(b'"', 0, j) + 1:j])
     return out
-
-
-_NULL = np.frombuffer(b"null", dtype="<u4")[0]
-
-
-def _nulls(data: bytes) -> np.ndarray:
-    """The offsets of every ``null`` in ``data``, ascending (``null`` cannot overlap itself, so these are
-    the offsets repeated ``bytes.find`` visits). Four passes comparing four bytes at a time, one per
-    alignment: numpy compares without the GIL, which the parse threads and the scoring loop share (a
-    ``bytes.find`` of a 10 MB piece held it for 7 ms)."""
-    hits = [np.flatnonzero(np.frombuffer(data, dtype="<u4", count=(len(data) - k) // 4, offset=k) == _NULL) * 4 + k
-            for k in range(min(4, len(data)))]
-    return np.sort(np.concatenate(hits)) if hits else np.zeros(0, dtype=np.int64)
 
 
 def _column(table: pa.Table, name: str) -> pa.Array | None:
