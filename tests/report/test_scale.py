@@ -140,6 +140,27 @@ def test_trace_reader_fast_path_keeps_nan_lines_a_bom_and_interned_doc_ids(tmp_p
     assert len(t.durations) == 1 and np.isnan(t.durations[0]["total"])
 
 
+@pytest.mark.parametrize("durations, columnar", [
+    (['{"retrieve":1,"generate":2.5}', '{}', '{"retrieve":3e2}'], True),  # no total anywhere: none kept
+    (['{"retrieve":1,"total":2.5}', '{}', '{"total":7}'], True),
+    (['{"total":NaN}', '{"total":1}'], True),  # Python's json reads NaN
+    (['{"retrieve":1}', '{"retrieve":true}'], False),  # a bool is no number
+    (['{"retrieve":1}', '{"retrieve":"3"}'], False),
+    (['{"total":1}', '{"retrieve":null}'], False),
+])
+def test_trace_reader_durations_as_columns_equal_the_line_reader(tmp_path, durations, columnar):
+    from ragassay.analysis.report_data import _read_columns, _read_lines
+
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(f'{{"type":"trace","query_id":"q{i}","durations_ms":{d}}}\n'
+                            for i, d in enumerate(durations)), encoding="utf-8")
+    fast, plain = _read_columns(path), _read_lines(path)
+    assert (fast is not None) == columnar
+    if fast is not None:
+        assert fast.problems == plain.problems == [] and fast.shown == plain.shown
+        assert json.dumps(fast.durations) == json.dumps(plain.durations)  # NaN == NaN as text
+
+
 def test_prefetched_traces_equal_the_ones_read_in_place_and_reraise_what_a_read_raised(inputs, tmp_path):
     from types import SimpleNamespace
 
