@@ -319,7 +319,8 @@ def test_nulls_finds_every_null_literal_at_every_alignment():
     ascending, on random bytes rich in the letters of ``null`` and of every length from 0."""
     import re
 
-    from ragassay.trace._arrow_batch import _null_keys, _nulls
+    from ragassay._arrow_json import null_keys as _null_keys
+    from ragassay._arrow_json import null_offsets as _nulls
 
     rng = random.Random(7)
     for _ in range(3000):

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from ragassay import __version__
-from ragassay._arrow_json import null_offsets
+from ragassay._arrow_json import null_keys
 from ragassay.analysis.summary import STAGES, run_summary, stage_of
 from ragassay.fsio import atomic_write_bytes
 from ragassay.golden import EvidenceIndex, GoldenSet, HitRule
@@ -399,28 +399,15 @@ _TRACE_SCHEMA = pa.schema([("type", pa.string()), ("query_id", pa.string()), ("t
                            ("packed", pa.list_(_UNIT_TYPE))])
 # An explicit null differs from an absent key for these (absent trial is 0 and an absent list empty; null is
 # a problem), and Arrow reads both as null: a file holding one goes line by line.
-# The test is the pattern `"(?:trial|fused|packed)"\s*:\s*null` (_null_matters).
-_NULL_MATTERS = (b'"trial', b'"fused', b'"packed')
-_SPACE = b" \t\n\r\x0b\x0c"  # what \s matches in a bytes pattern
+# The test is the pattern `"(?:trial|fused|packed)"\s*:\s*null` (:func:`_null_matters`).
+_NULL_MATTERS = frozenset((b"trial", b"fused", b"packed"))
 
 
 def _null_matters(data: bytes) -> bool:
-    """Whether ``data`` holds ``"trial"``, ``"fused"`` or ``"packed"``, then a colon, then ``null`` (any
-    whitespace between). The ``null`` literals are found by numpy compares, which leave the GIL to the
-    threads beside this one (a regex over the block held it for ~0.6 s of a 100,000-trace report); each is
-    then read backwards over a few bytes."""
-    for at in null_offsets(data).tolist():
-        j = at - 1
-        while j >= 0 and data[j] in _SPACE:
-            j -= 1
-        if j < 0 or data[j] != 58:  # ':'
-            continue
-        j -= 1
-        while j >= 0 and data[j] in _SPACE:
-            j -= 1
-        if j >= 0 and data[j] == 34 and any(data[j - len(k):j] == k for k in _NULL_MATTERS):  # '"'
-            return True
-    return False
+    """Whether ``data`` writes ``trial``, ``fused`` or ``packed`` with a literal null. The nulls are found by
+    numpy compares (:func:`~ragassay._arrow_json.null_keys`), which leave the GIL to the threads beside
+    this one (a regex over the block held it for ~0.6 s of a 100,000-trace report)."""
+    return not _NULL_MATTERS.isdisjoint(null_keys(data))
 
 
 # durations_ms maps stage names to numbers: a flat object, taken from the bytes in record order

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 from pydantic import BaseModel
 
-from ragassay._arrow_json import ESCAPED_KEY, depth, filled, open_brackets, parse_lines, valid
+from ragassay._arrow_json import ESCAPED_KEY, count_in_lines, depth, filled, open_brackets, parse_lines, valid
 from ragassay._arrow_json import MIN_PIECE as _MIN_PIECE  # a module global: tests shrink it
 from ragassay.golden.schema import Evidence, GoldenQuery, Nugget, _identifier, _not_blank
 
@@ -129,13 +129,6 @@ def _piece(piece: bytes, first_line: int, sh: Shared, linenos: list[int], querie
     return len(nl)
 
 
-def _between(ind: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Per line [start, end): how many of ``ind`` (a flag per byte) are set (a position per set flag, not
-    a running count per byte: eight bytes per byte of the piece would be its largest copy)."""
-    at = np.flatnonzero(ind)
-    return np.searchsorted(at, ends) - np.searchsorted(at, starts)
-
-
 def _pieces(src: bytes, starts: np.ndarray, ends: np.ndarray, lines: np.ndarray, sh: Shared,
             linenos: list[int], queries: list[GoldenQuery], rest: list[tuple[int, bytes]]) -> None:
     """Parse lines ``[starts, ends)`` of ``src`` as one table, or split them in halves until each half
@@ -192,7 +185,7 @@ class _Rows:
         self.slow = np.zeros(self.n, dtype=bool)
         self.known_keys_only = True  # cleared when the table holds a column or child no model has
         # lines holding a backslash: handed back when one of their keys has an escape
-        bs = _between(np.frombuffer(buf, dtype=np.uint8) == 92, starts, ends)
+        bs = count_in_lines(np.frombuffer(buf, dtype=np.uint8) == 92, starts, ends)
         for i in np.flatnonzero(bs).tolist():
             if ESCAPED_KEY.search(buf, int(starts[i]), int(ends[i])) is not None:
                 self.slow[i] = True

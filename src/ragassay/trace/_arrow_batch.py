@@ -28,9 +28,17 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 from pydantic import BaseModel
 
-from ragassay._arrow_json import ESCAPED_KEY, depth, filled, open_brackets, parse_lines, valid
+from ragassay._arrow_json import (
+    ESCAPED_KEY,
+    depth,
+    filled,
+    in_range,
+    null_keys,
+    open_brackets,
+    parse_lines,
+    valid,
+)
 from ragassay._arrow_json import MIN_PIECE as _MIN_PIECE  # a module global: tests shrink it
-from ragassay._arrow_json import null_offsets as _nulls
 from ragassay.trace.schema import Citation, CodedStrings, Trace, TraceFacts, UnitColumns, take_strs
 
 _BIG = 2**53
@@ -246,12 +254,6 @@ def _units_conform(typ: pa.DataType) -> bool:
     return True
 
 
-def _in_range(arr: pa.Array, lo: int, hi: int) -> np.ndarray:
-    """Per value: null, or an integer in [lo, hi]."""
-    v = filled(arr, lo)
-    return (v >= lo) & (v <= hi)
-
-
 class _Rows:
     """Per-row bookkeeping of one piece: which rows are handed back, and the byte test for a key."""
 
@@ -280,7 +282,7 @@ class _Rows:
     def null_is_absent(self, name: str, present: np.ndarray) -> None:
         """A null where the model tells an explicit null (an error) from an absent key (a default)."""
         if self._null_keys is None:
-            self._null_keys = _null_keys(self.data)
+            self._null_keys = null_keys(self.data)
         if name.encode() in self._null_keys:
             self.slow |= self.mentions(name, ~present)
 
@@ -289,24 +291,6 @@ class _Rows:
         for f in arr.type:
             if f.name not in known:
                 self.slow |= self.mentions(f.name, np.ones(len(self.blobs), dtype=bool) if owner is None else owner)
-
-
-def _null_keys(data: bytes) -> set[bytes]:
-    """Every key written with a literal null value in ``data`` (and some strings that are not keys): for
-    each ``null``, the quoted text before its colon. A key without escapes is always found; a key with one
-    makes its line slow anyway."""
-    out = set()
-    for at in _nulls(data).tolist():
-        j = at - 1
-        while j >= 0 and data[j] in b" \t\r\n":
-            j -= 1
-        if j >= 0 and data[j] == 58:  # ':'
-            j -= 1
-            while j >= 0 and data[j] in b" \t\r\n":
-                j -= 1
-            if j > 0 and data[j] == 34:  # '"'
-                out.add(data[data.rfind(b'"', 0, j) + 1:j])
-    return out
 
 
 def _column(table: pa.Table, name: str) -> pa.Array | None:
@@ -355,8 +339,8 @@ def _list_units(arr: pa.Array, rows: _Rows) -> tuple[pa.Array, np.ndarray, np.nd
         for key in ("unit_id", "doc_id"):
             bad |= ~filled(pc.greater(pc.binary_length(children[key]), 0), False)
         for key in ("start", "end"):
-            bad |= ~valid(children[key]) | ~_in_range(children[key], -_BIG, _BIG)
-        bad |= ~_in_range(children["rank"], 1, _BIG) | ~_in_range(children["tokens"], 0, _BIG)
+            bad |= ~valid(children[key]) | ~in_range(children[key], -_BIG, _BIG)
+        bad |= ~in_range(children["rank"], 1, _BIG) | ~in_range(children["tokens"], 0, _BIG)
         score = filled(children["score"], 1.0)
         # a JSON -0 is int 0 to the json module (score 0.0) but -0.0 to Arrow
         bad |= (score == 0) & np.signbit(score)
@@ -378,9 +362,9 @@ def _validate(table: pa.Table, lines: list[tuple[int, bytes]], data: bytes) -> t
         rows.slow |= ~filled(pc.greater(pc.binary_length(col[name]), 0), False)
     for name, lo in (("trial", 0), ("packed_tokens", 0)):
         rows.null_is_absent(name, valid(col[name]))
-        rows.slow |= ~_in_range(col[name], lo, _BIG)
+        rows.slow |= ~in_range(col[name], lo, _BIG)
     for name in ("tokens_in", "tokens_out"):
-        rows.slow |= ~_in_range(col[name], 0, _BIG)
+        rows.slow |= ~in_range(col[name], 0, _BIG)
     cost = filled(col["cost"], 0.0)
     rows.slow |= ~(np.isfinite(cost) & (cost >= 0)) | ((cost == 0) & np.signbit(cost))
     outcome = col["outcome"]
