@@ -491,22 +491,30 @@ def _citations(arr: pa.Array | None, rows: _Rows) -> list | None:
         rows.slow |= present
         return None
     rows.slow |= np.bincount(owner[bad], minlength=n).astype(bool) if len(owner) else np.zeros(n, dtype=bool)
-    objs = []
+    objs = citation_objects(*fields, fields_set=fields_set, skip=bad.tolist())
+    off, pres = (offsets - offsets[0]).tolist(), present.tolist()  # Python ints: no numpy scalar per row
+    return [objs[off[i]:off[i + 1]] if pres[i] else [] for i in range(n)]
+
+
+def citation_objects(unit_id: list, doc_id: list, start: list, end: list, *, fields_set: set | None = None,
+                     skip: list[bool] | None = None) -> list[Citation | None]:
+    """Citation objects from checked column values, set as pydantic's validator leaves them (None where
+    ``skip``). ``fields_set``: the keys every record gave; None takes each citation's non-null fields, the
+    keys its record wrote."""
     new = object.__new__
-    for is_bad, uid, doc, s_, e_ in zip(bad.tolist(), *fields, strict=True):
-        if is_bad:
+    objs: list[Citation | None] = []
+    for k, (uid, doc, s_, e_) in enumerate(zip(unit_id, doc_id, start, end, strict=True)):
+        if skip is not None and skip[k]:
             objs.append(None)
             continue
         c = new(Citation)
         _set_dict(c, {"unit_id": uid, "doc_id": doc, "start": s_, "end": e_})
-        # the keys the record gave, as pydantic records them
         _set_fields_set(c, fields_set if fields_set is not None else
-                        {k for k, v in (("unit_id", uid), ("doc_id", doc), ("start", s_), ("end", e_)) if v is not None})
+                        {f for f, v in (("unit_id", uid), ("doc_id", doc), ("start", s_), ("end", e_)) if v is not None})
         _set_extra(c, None)
         _set_private(c, None)
         objs.append(c)
-    off, pres = (offsets - offsets[0]).tolist(), present.tolist()  # Python ints: no numpy scalar per row
-    return [objs[off[i]:off[i + 1]] if pres[i] else [] for i in range(n)]
+    return objs
 
 
 def _durations(arr: pa.Array | None, rows: _Rows) -> tuple[Callable[[], list[dict]], list[float | None]] | None:

@@ -273,7 +273,8 @@ class TraceBatch:
     """Consecutive valid traces of a file, their units as columns.
 
     ``facts`` hold the validated records' fields as columns and ``traces`` the records themselves, with
-    every unit list emptied (``reranked`` keeps None or []), made on first use; ``lines`` their file lines; ``units`` hold the units of every non-empty list, trace after trace in
+    every unit list emptied (``reranked`` keeps None or []), made on first use; ``lines`` their file lines;
+    ``units`` hold the units of every non-empty list, trace after trace in
     :meth:`Trace.unit_lists` order; ``list_trace`` gives each list's trace index and ``tokens`` each unit's
     token count (NaN where absent). ``span`` (first byte, end byte, first line) lets a reader replay it.
     """
@@ -288,6 +289,24 @@ class TraceBatch:
     @property
     def traces(self) -> list[Trace]:
         return self.facts.traces
+
+
+def first_of_each_key(seen: dict[tuple[str, int], int], keys: list[tuple[str, int]], lines: list[int],
+                      replay: bool, problems: list[Problem]) -> list[int]:
+    """Positions of the records to keep: the first of each (query_id, trial) in the source. ``seen`` maps
+    each key to its first line so far and is updated; a later record of a key is a problem and skipped. On
+    a replay a record is kept when it is the one ``seen`` names, and nothing is recorded."""
+    keep = []
+    for i, (line, key) in enumerate(zip(lines, keys, strict=True)):
+        if replay:
+            if seen.get(key) == line:
+                keep.append(i)
+        elif (first := seen.setdefault(key, line)) != line:
+            problems.append(Problem(line, f"duplicate trace for query {key[0]!r} trial {key[1]} "
+                                          f"(first at line {first}); skipped"))
+        else:
+            keep.append(i)
+    return keep
 
 
 def _strip(rec: dict) -> dict:
@@ -576,19 +595,8 @@ class TraceBatchReader:
                     part = select(part, np.argsort(part.lines, kind="stable"))
             else:
                 part = fast
-            keep = []
-            seen = self.lines
-            facts = part.facts
-            for i, (lineno, key) in enumerate(zip(part.lines.tolist(), facts.keys, strict=True)):
-                if replay:
-                    if seen.get(key) == lineno:
-                        keep.append(i)
-                elif (first_line := seen.setdefault(key, lineno)) != lineno:
-                    problems.append(Problem(lineno, f"duplicate trace for query {key[0]!r} trial {key[1]} "
-                                                    f"(first at line {first_line}); skipped"))
-                else:
-                    keep.append(i)
-            if len(keep) < len(facts):
+            keep = first_of_each_key(self.lines, part.facts.keys, part.lines.tolist(), replay, problems)
+            if len(keep) < len(part.facts):
                 part = select(part, np.asarray(keep, dtype=np.int64))
         if not replay:
             problems.sort(key=lambda p: p.line)

@@ -28,10 +28,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
-from ragassay._arrow_json import filled, valid
+from ragassay._arrow_json import filled, in_range, valid
 from ragassay.errors import SchemaError
-from ragassay.trace._arrow_batch import _OUTCOMES, _set_dict, _set_extra, _set_fields_set, _set_private, _strs
-from ragassay.trace.io import Problem, TraceBatch, _first_error
+from ragassay.trace._arrow_batch import _OUTCOMES, _strs, citation_objects
+from ragassay.trace.io import Problem, TraceBatch, _first_error, first_of_each_key
 from ragassay.trace.schema import Citation, RunHeader, Trace, TraceFacts, UnitColumns
 
 HEADER_KEY = b"ragassay.header"
@@ -294,18 +294,7 @@ class ParquetTraceReader:
         row_of = np.concatenate([fast_rows, np.asarray([i for i, _, _ in cands], dtype=np.int64)])
         order = np.argsort(row_of, kind="stable")
         facts, row_of = facts.select(order.tolist()), row_of[order].tolist()
-        keep = []
-        for k, (i, key) in enumerate(zip(row_of, facts.keys, strict=True)):
-            line = first_line + i
-            if replay:
-                if self.lines.get(key) == line:
-                    keep.append(k)
-            elif key in self.lines:
-                problems.append(Problem(line, f"duplicate trace for query {key[0]!r} trial {key[1]} "
-                                              f"(first at line {self.lines[key]}); skipped"))
-            else:
-                self.lines[key] = line
-                keep.append(k)
+        keep = first_of_each_key(self.lines, facts.keys, [first_line + i for i in row_of], replay, problems)
         facts = facts.select(keep)
         kept_rows = [row_of[k] for k in keep]
         if not replay:
@@ -329,12 +318,6 @@ class ParquetTraceReader:
         raise RuntimeError(f"row {line} failed a unit check its model passes")
 
 
-def _in_range(arr: pa.Array, lo: int, hi: int) -> np.ndarray:
-    """Per value: null, or within [lo, hi]."""
-    v = filled(arr, lo)
-    return (v >= lo) & (v <= hi)
-
-
 def _nonempty(arr: pa.Array | None, n: int) -> np.ndarray:
     """Per row: a string of at least one character."""
     return np.zeros(n, dtype=bool) if arr is None else filled(pc.greater(pc.utf8_length(arr), 0), False)
@@ -356,7 +339,7 @@ def _plain_ok(table: pa.Table, lists: dict[str, pa.Array]) -> np.ndarray:
     ok = _nonempty(get("trace_id"), n) & _nonempty(get("query_id"), n)
     for name in ("trial", "packed_tokens", "tokens_in", "tokens_out"):
         if name in cols:
-            ok &= _in_range(cols[name], 0, _BIG)
+            ok &= in_range(cols[name], 0, _BIG)
     if "cost" in cols:
         cost = filled(cols["cost"], 0.0)
         ok &= np.isfinite(cost) & (cost >= 0)
@@ -395,17 +378,7 @@ def _citation_lists(arr: pa.Array, n: int) -> list[list[Citation]]:
     """Per row its Citation objects (checked by ``_plain_ok``), set as the model leaves them: the keys the
     row gives (its non-null fields) are the ones it records as set."""
     values, parent, lengths = _flat(arr)
-    fields = [values.field(k).to_pylist() for k in ("unit_id", "doc_id", "start", "end")]
-    new = object.__new__
-    objs = []
-    for uid, doc, s_, e_ in zip(*fields, strict=True):
-        c = new(Citation)
-        _set_dict(c, {"unit_id": uid, "doc_id": doc, "start": s_, "end": e_})
-        _set_fields_set(c, {k for k, v in (("unit_id", uid), ("doc_id", doc), ("start", s_), ("end", e_))
-                            if v is not None})
-        _set_extra(c, None)
-        _set_private(c, None)
-        objs.append(c)
+    objs = citation_objects(*(values.field(k).to_pylist() for k in ("unit_id", "doc_id", "start", "end")))
     ends = np.cumsum(lengths).tolist()
     return [objs[e - k:e] for e, k in zip(ends, lengths.tolist(), strict=True)]
 
