@@ -159,7 +159,7 @@ def _evaluate(system, golden, corpus, store, name, trials, concurrency, options,
                                  relevance_threshold=gs.manifest.get("relevance_threshold") or 2)
     adapter_problems: list = []
     with tempfile.TemporaryDirectory(prefix="ragassay-api-") as tmp:
-        if read_ahead is not None or (isinstance(system, (str, Path)) and _sniff_file(Path(system)) == "traces"):
+        if read_ahead is not None:  # evaluate found a trace file (anything else is sniffed by _traces_for)
             path = Path(system)
             label = path.name
         else:

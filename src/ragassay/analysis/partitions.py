@@ -135,8 +135,9 @@ def score_dataset_file(index: int, path: str, corpus, golden: GoldenSet, options
     row) counted as duplicates. Rows are returned, not stored: the driver is the only writer."""
     import copy
 
+    from ragassay.analysis.runner import done_markers
     from ragassay.analysis.scoring import Labels, _doc_lengths, _final_k
-    from ragassay.analysis.stream import MAX_EXAMPLES, KnownBatch, done_markers_of, score_known
+    from ragassay.analysis.stream import MAX_EXAMPLES, KnownBatch, score_known
     from ragassay.trace.parquet import ParquetTraceReader
     from ragassay.trace.schema import UnitCheck, validate_unit_columns
 
@@ -167,7 +168,8 @@ def score_dataset_file(index: int, path: str, corpus, golden: GoldenSet, options
         structure.grow(part)
         table, ctx_tokens = rows_of(part, check)
         tables.append(table)
-        scored.append((batch.span, done_markers_of(part.facts), copy.deepcopy(structure)))
+        facts = part.facts
+        scored.append((batch.span, done_markers(facts.keys, facts.outcome, facts.error), copy.deepcopy(structure)))
         ctx_keys.extend(part.facts.keys)
         ctx_vals.extend(ctx_tokens.tolist())
         n_fail += check.count

@@ -130,14 +130,19 @@ def _update_extra(store: Store, run_id: str, updates: dict[str, Any]) -> None:
                              [json.dumps(extra, sort_keys=True, default=str), run_id])
 
 
+def done_markers(keys: Sequence[tuple[str, int]], outcomes: Sequence[str | None],
+                 errors: Sequence[str | None]) -> list[tuple[str, int, str, str | None]]:
+    """Query status per key from its trace's outcome and error: 'error' for a failed trace (retried on
+    resume), else 'done'."""
+    return [(q, tr, "error" if oc == "error" else "done", err)
+            for (q, tr), oc, err in zip(keys, outcomes, errors, strict=True)]
+
+
 def _done_markers(keys: Sequence[tuple[str, int]], trace_by_key: dict) -> list[tuple[str, int, str, str | None]]:
-    """Query status per key: 'error' for a missing or failed trace (retried on resume), else 'done'."""
-    done = []
-    for k in keys:
-        t = trace_by_key.get(k)
-        status = "error" if t is None or t.outcome == "error" else "done"
-        done.append((k[0], k[1], status, (t.error if t is not None else "no trace")))
-    return done
+    """:func:`done_markers` of ``keys`` from trace objects; a key without a trace is an 'error' ("no trace")."""
+    found = list(map(trace_by_key.get, keys))
+    return done_markers(keys, ["error" if t is None else t.outcome for t in found],
+                        ["no trace" if t is None else t.error for t in found])
 
 
 def _context_tokens_mean_of(values: Sequence[float]) -> float | None:

@@ -70,13 +70,6 @@ def check_resume_pins(rec, want) -> None:
                          "with other pins; resume it with the same traces, golden set, corpus and options")
 
 
-def done_markers_of(facts: TraceFacts) -> list[tuple[str, int, str, str | None]]:
-    """Query status per trace, as :func:`~ragassay.analysis.runner._done_markers` gives it for these traces:
-    'error' for a failed one (retried on resume), else 'done'."""
-    return [(q, tr, "error" if oc == "error" else "done", err)
-            for q, tr, oc, err in zip(facts.query_id, facts.trial, facts.outcome, facts.error, strict=True)]
-
-
 @dataclass
 class Structure:
     """What the traces of a run contain; it decides which metrics every row gets (see score_traces)."""
@@ -328,6 +321,7 @@ def _stream_score(store, traces_path, corpus, golden, opt, labels, name, allow_p
         _record,
         _update_extra,
         config_warnings,
+        done_markers,
     )
     from ragassay.analysis.scoring import _doc_lengths
 
@@ -371,7 +365,8 @@ def _stream_score(store, traces_path, corpus, golden, opt, labels, name, allow_p
         table, ctx_tokens = score_known(golden, labels, part, rows, np.arange(len(rows)), structure, final_k,
                                         check, doc_lengths)
         if not (skip_done and rows and all(k in done for k in rows)):
-            writer.submit(lambda: store.write_batch(run_id, table, done=done_markers_of(facts)))
+            writer.submit(lambda: store.write_batch(run_id, table,
+                                                    done=done_markers(rows, facts.outcome, facts.error)))
         return rows, ctx_tokens
 
     def _one_batch(batch: TraceBatch) -> None:
