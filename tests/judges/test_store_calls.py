@@ -13,14 +13,60 @@ def _call(run_id, item="support:0", sha="a" * 64, outcome="ok", cache_hit=False,
             "cache_hit": cache_hit, "verdict": {"label": "supported"}, "cost": 0.001, **kw}
 
 
-def test_round_trip_and_replacement(store, run_id):
+def test_round_trip_and_a_paid_call_is_never_replaced(store, run_id):
     assert store.record_judge_calls([_call(run_id), _call(run_id, item="support:1", outcome="refused")]) == 2
+    # the same request again (a later cache hit, or a re-run's malformed answer) leaves the paid row alone
     store.record_judge_calls([_call(run_id, outcome="malformed", reason="not JSON")])
+    store.record_judge_calls([_call(run_id, cache_hit=True, cost=0.0, attempts=0)])
     rows = store.judge_calls(run_id)
-    assert [(r["item"], r["outcome"]) for r in rows] == [("support:0", "malformed"), ("support:1", "refused")]
-    assert rows[0]["verdict"] == {"label": "supported"} and rows[0]["reason"] == "not JSON"
+    assert [(r["item"], r["outcome"], r["cost"]) for r in rows] == [("support:0", "ok", 0.001),
+                                                                   ("support:1", "refused", 0.001)]
     assert store.judge_call(run_id, "q1", 0, "support:1")["outcome"] == "refused"
     assert store.judge_call(run_id, "q1", 0, "nope") is None
+
+
+def test_the_same_item_under_other_settings_is_a_row_of_its_own(store, run_id):
+    store.record_judge_calls([_call(run_id, sha="a" * 64, cost=0.002)])
+    store.record_judge_calls([_call(run_id, sha="b" * 64, cost=0.005, effort="high")])
+    rows = store.judge_calls(run_id)
+    assert [(r["request_sha"][0], r["cost"]) for r in rows] == [("a", 0.002), ("b", 0.005)]
+    assert sum(r["cost"] for r in rows) == pytest.approx(0.007)
+    assert store.judge_call(run_id, "q1", 0, "support:0")["request_sha"] == "b" * 64
+
+
+def test_an_error_or_a_cache_hit_is_replaced_by_the_next_answer(store, run_id):
+    store.record_judge_calls([_call(run_id, outcome="error", verdict=None, cost=0.0),
+                              _call(run_id, item="hit", cache_hit=True, cost=0.0, attempts=0)])
+    store.record_judge_calls([_call(run_id, outcome="ok", cost=0.003), _call(run_id, item="hit", cost=0.004)])
+    rows = store.judge_calls(run_id)
+    assert [(r["item"], r["outcome"], r["cache_hit"], r["cost"]) for r in rows] == [
+        ("hit", "ok", False, 0.004), ("support:0", "ok", False, 0.003)]
+
+
+def test_a_store_keyed_without_the_request_sha_moves_to_the_append_only_key(tmp_path):
+    path = tmp_path / "old.duckdb"
+    with Store.open(path) as s:
+        run_id = s.create_run(RunRecord(name="old"))
+        s.record_judge_calls([_call(run_id, cost=0.01)])
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE jc AS SELECT * FROM judge_calls")
+    con.execute("DROP TABLE judge_calls")
+    old_ddl = ("CREATE TABLE judge_calls AS SELECT * FROM jc LIMIT 0")
+    con.execute(old_ddl)
+    con.execute("ALTER TABLE judge_calls ADD PRIMARY KEY (run_id, query_id, trial, item)")
+    con.execute("INSERT INTO judge_calls SELECT * FROM jc")
+    con.execute("DROP TABLE jc")
+    con.close()
+    with Store.open(path, read_only=True) as s:
+        assert [r["cost"] for r in s.judge_calls(run_id)] == [0.01]
+    with Store.open(path) as s:
+        s.record_judge_calls([_call(run_id, sha="b" * 64, cost=0.02)])
+        assert [r["cost"] for r in s.judge_calls(run_id)] == [0.01, 0.02]
+    con = duckdb.connect(str(path), read_only=True)
+    key = con.execute("SELECT constraint_column_names FROM duckdb_constraints() WHERE table_name = 'judge_calls' "
+                      "AND constraint_type = 'PRIMARY KEY'").fetchone()[0]
+    con.close()
+    assert key == ["run_id", "query_id", "trial", "item", "request_sha"]
 
 
 def test_cache_lookup_skips_errors_and_puts_paid_originals_first(store, run_id):

@@ -30,10 +30,12 @@ from ragassay.stats import adjust_pvalues, bootstrap_deltas, mde_paired
 # Every definitional choice a number depends on. `cutoffs` is derived from the run's `name@<int>` metrics
 # (it is not stored) and is None for a run without ranked metrics, which conflicts with nothing.
 PINS = ("dataset_version", "corpus_digest", "metric_version", "hit_rule", "gain", "relevance_threshold", "ties",
-        "cutoffs", "judge_model", "rubric_sha", "judge_prompt_sha")
+        "cutoffs", "judge_model", "rubric_sha", "judge_prompt_sha", "judge_settings")
 # The judge pins are None for a run no judge scored; like cutoffs, an absent pin conflicts with nothing
-# (such a run has no judge metrics to compare).
-OPTIONAL_PINS = ("cutoffs", "judge_model", "rubric_sha", "judge_prompt_sha")
+# (such a run has no judge metrics to compare). judge_settings is every other setting that can move a verdict
+# (sampling, thinking budget, structured-output mode, a cascade): ragassay.judges.config.judge_settings.
+JUDGE_PINS = ("judge_model", "rubric_sha", "judge_prompt_sha", "judge_settings")
+OPTIONAL_PINS = ("cutoffs", *JUDGE_PINS)
 # scoring's fallback when a run's config names no reranker.final_k (analysis/scoring.py `_final_k`)
 SCORING_DEFAULT_FINAL_K = 10
 DEFAULT_MIN_EFFECT = 0.02
@@ -162,19 +164,44 @@ def final_k_of(rec, metrics) -> int | None:
 
 def run_pins(rec, metrics) -> dict[str, object]:
     """Every pin of a stored run, the derived ones (cutoffs, final_k) included."""
-    out = {p: getattr(rec, p) for p in PINS if p not in ("cutoffs", "judge_prompt_sha")}
+    from ragassay.judges.config import judge_settings
+
+    out = {p: getattr(rec, p) for p in PINS if p not in ("cutoffs", "judge_prompt_sha", "judge_settings")}
     out["cutoffs"] = cutoffs_of(metrics)
     judge = (rec.extra or {}).get("judge")
     out["judge_prompt_sha"] = judge.get("prompt_sha") if isinstance(judge, dict) else None
+    out["judge_settings"] = judge_settings(judge)
     out["final_k"] = final_k_of(rec, metrics)
     return out
 
 
-def pin_differences(a, b, metrics_a=(), metrics_b=()) -> list[tuple[str, object, object]]:
+def pin_differences(a, b, metrics_a=(), metrics_b=(), pins=PINS) -> list[tuple[str, object, object]]:
     """(pin, A, B) for every pin that differs. An underived pin (no ranked metrics) conflicts with nothing."""
     pa, pb = run_pins(a, metrics_a), run_pins(b, metrics_b)
-    return [(p, pa[p], pb[p]) for p in PINS
+    return [(p, pa[p], pb[p]) for p in pins
             if pa[p] != pb[p] and not (p in OPTIONAL_PINS and (pa[p] is None or pb[p] is None))]
+
+
+def check_comparable(store, run_refs, *, pins=PINS, rebaseline: bool = False, roles=None):
+    """The one comparability check of every command that pairs or pools runs (compare, gate, every
+    ``analyze`` subcommand): the stored records of ``run_refs``, or a ``PinMismatchError`` naming each pin in
+    ``pins`` on which a run differs from the first one (the golden-set version, the corpus digest, the
+    scoring definitions). ``rebaseline`` lets differing runs through; the caller must then say so.
+    ``roles`` labels the runs in the message (compare: ``("A", "B")``; default: their names)."""
+    recs = [store.get_run(r) for r in run_refs]
+    names = [store.metrics(r.run_id) for r in recs]
+    labels = [r.name for r in recs] if roles is None else list(roles)
+    lines = []
+    for rec, ms, label in zip(recs[1:], names[1:], labels[1:], strict=True):
+        lines += [f"  {p}: {_value_text(a)} ({labels[0]}) vs {_value_text(b)} ({label})"
+                  for p, a, b in pin_differences(recs[0], rec, names[0], ms, pins)]
+    if lines and not rebaseline:
+        shown = [r.name if roles is None else f"{r.name} ({role})" for r, role in zip(recs, labels, strict=True)]
+        raise PinMismatchError(f"runs {', '.join(shown[:-1])} and {shown[-1]} are not comparable; differing pins:\n"
+                               + "\n".join(lines) + "\nre-score them under the same definitions (golden set, "
+                               "corpus, metric version, hit rule, gain, threshold, ties, cutoffs, judge), or pass "
+                               "--rebaseline to compare anyway")
+    return recs
 
 
 def _verdict(delta: float, lo: float, hi: float, min_effect: float, higher: bool, defined: bool,
@@ -359,16 +386,10 @@ def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFA
     """
     check_min_effect(min_effect)
     _check_settings(n_resamples, confidence)
-    ra, rb = store.get_run(run_a), store.get_run(run_b)
+    ra, rb = check_comparable(store, [run_a, run_b], rebaseline=rebaseline, roles=("A", "B"))
     ma = _metric_names(store, ra.run_id)
     mb = _metric_names(store, rb.run_id)
     pins = pin_differences(ra, rb, ma, mb)
-    if pins and not rebaseline:
-        lines = [f"  {p}: {_value_text(a)} (A) vs {_value_text(b)} (B)" for p, a, b in pins]
-        raise PinMismatchError(f"runs {ra.name} (A) and {rb.name} (B) are not comparable; differing pins:\n"
-                               + "\n".join(lines) + "\nre-score both under the same definitions (golden set, "
-                               "corpus, metric version, hit rule, gain, threshold, ties, cutoffs, judge), or pass "
-                               "--rebaseline to compare anyway")
     shared = [m for m in ma if m in set(mb)]
     wanted = shared if metrics is None else list(dict.fromkeys(metrics))
     if not wanted:

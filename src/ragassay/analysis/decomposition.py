@@ -24,6 +24,10 @@ Definitions read from stored rows (named, so a reader knows what was measured):
 Only queries with both Y and H defined enter the decomposition (answerable queries with a reference
 answer and a measured context). Intervals are percentile bootstraps over queries; several trials of one
 query are resampled together.
+
+Runs that are paired or pooled (the change between two runs, the ladder's rungs) must be comparable as
+``compare`` demands (:func:`comparable_runs`): differing pins are refused unless ``rebaseline``, and a
+rebaselined result lists them.
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ragassay.analysis.compare import JUDGE_PINS, PINS, check_comparable, pin_differences
 from ragassay.errors import InputError
+from ragassay.judges.validate import METRIC_KIND
 from ragassay.stats import bootstrap_deltas
 from ragassay.stats.bootstrap import resampled_sums
 from ragassay.store import Store
@@ -47,6 +53,28 @@ CONTEXT_RELEVANCE = ("context_relevance", "precision@5")
 SUPPORT = ("faithfulness", "support", "citation_validity")
 DEFAULT_RESAMPLES = 2_000
 _RULE = re.compile(r"^\s*([A-Za-z0-9_@.:\-]+)\s*>=\s*([-+0-9.eE]+)\s*$")
+
+
+def pins_for(metrics) -> tuple[str, ...]:
+    """The pins a figure over ``metrics`` rests on: every pin ``compare`` checks, less the judge pins when
+    none of the metrics is a judge metric (a judge change cannot move them)."""
+    if any(m in METRIC_KIND for m in metrics):
+        return PINS
+    return tuple(p for p in PINS if p not in JUDGE_PINS)
+
+
+def comparable_runs(store: Store, run_refs, metrics, *, rebaseline: bool = False) -> tuple[list, list[dict]]:
+    """(run records, pin differences) of runs an analysis pairs or pools: ``compare``'s one check
+    (``check_comparable``) over :func:`pins_for` ``metrics``, which raises ``PinMismatchError`` naming every
+    differing pin unless ``rebaseline``. Each difference is ``{pin, run_a, a, run_b, b}`` against the first
+    run; it is empty unless the runs were rebaselined."""
+    pins = pins_for(metrics)
+    recs = check_comparable(store, list(run_refs), pins=pins, rebaseline=rebaseline)
+    first = recs[0]
+    have = store.metrics(first.run_id)
+    diffs = [{"pin": p, "run_a": first.name, "a": a, "run_b": r.name, "b": b}
+             for r in recs[1:] for p, a, b in pin_differences(first, r, have, store.metrics(r.run_id), pins)]
+    return recs, diffs
 
 
 @dataclass(frozen=True)

@@ -80,9 +80,10 @@ def judge(
         path = _traces_path(rec, traces)
         if not path.is_file():
             raise InputError(f"{path}: the traces of run {rec.name} are not there; pass them with --traces")
-        _, recs, problems = read_traces(path)
+        header, recs, problems = read_traces(path)
         corp, gs = load_inputs(corpus, golden)
-        summary = judge_stored_run(st, rec.run_id, recs, gs, corp, cfg, resume=resume, executor=executor)
+        summary = judge_stored_run(st, rec.run_id, recs, gs, corp, cfg, resume=resume, executor=executor,
+                                   header=header, traces_label=str(path))
     out = summary.to_dict()
     out["trace_problems"] = len(problems)
     if json_out:

@@ -6,7 +6,7 @@ provider: openai            # openai | anthropic | local
 model: gpt-5-mini           # for provider local: lexical | embedding
 base_url: null              # any OpenAI-compatible server (vLLM, Ollama, llama.cpp) for provider openai
 max_tokens: 1024
-effort: low                 # optional; temperature likewise
+effort: low                 # optional; temperature, top_p and thinking_budget likewise (each a pin)
 concurrency: 16
 spend_cap: 5.0              # USD; null for none
 metrics: [faithfulness, answer_relevance, correctness, citations, nuggets]
@@ -64,7 +64,9 @@ class JudgeConfig(_Strict):
     max_tokens: int = Field(default=1024, ge=1)
     max_tokens_param: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
     temperature: float | None = Field(default=None, ge=0, le=2)
-    effort: str | None = None
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    effort: str | None = Field(default=None, min_length=1)
+    thinking_budget: int | None = Field(default=None, ge=1024)
     concurrency: int = Field(default=8, ge=1, le=1024)
     spend_cap: float | None = Field(default=None, ge=0)
     metrics: list[Literal["faithfulness", "answer_relevance", "correctness", "citations", "nuggets"]] = Field(
@@ -96,6 +98,13 @@ class JudgeConfig(_Strict):
             if self.mode == "batch" and ("batch_input" not in price or "batch_output" not in price):
                 raise ValueError(f"prices: mode batch needs {self.model}: {{batch_input: ..., batch_output: ...}} "
                                  "(the batch API's prices in USD per million tokens)")
+        if self.provider == "local":
+            llm_settings = [k for k in SETTINGS if k != "max_tokens" and getattr(self, k) is not None]
+            if llm_settings:
+                raise ValueError(f"{llm_settings[0]}: a local judge has no sampling settings; remove it")
+        if self.thinking_budget is not None and self.thinking_budget >= self.max_tokens:
+            raise ValueError(f"thinking_budget: {self.thinking_budget} must be below max_tokens ({self.max_tokens}): "
+                             "the thinking tokens count against max_tokens")
         if self.base_url is not None and self.provider == "local":
             raise ValueError("base_url: a local judge makes no calls")
         if self.mode == "batch" and self.provider == "local":
@@ -123,12 +132,39 @@ class JudgeConfig(_Strict):
             return {"judge_model": f"local:{self.model}", "rubric_sha": rubric, "prompt_sha": rubric,
                     "provider": "local", "threshold": thr, "metrics": list(self.metrics)}
         rubric, prompt = suite_pins(self.rubric_criteria(), self.metrics)
-        return {"judge_model": f"{self.provider}:{self.model}", "rubric_sha": rubric, "prompt_sha": prompt,
-                "provider": self.provider, "max_tokens": self.max_tokens, "temperature": self.temperature,
-                "effort": self.effort, "metrics": list(self.metrics)}
+        out = {"judge_model": f"{self.provider}:{self.model}", "rubric_sha": rubric, "prompt_sha": prompt,
+               "provider": self.provider, **{k: getattr(self, k) for k in SETTINGS},
+               "structured_output": STRUCTURED_OUTPUT, "metrics": list(self.metrics)}
+        out["settings"] = judge_settings(out)
+        return out
 
 
 _LOCAL_THRESHOLD = {"lexical": 0.7, "embedding": 0.8}
+# The sampling settings of an LLM judge; each decides the verdicts, so each is a pin.
+SETTINGS = ("max_tokens", "temperature", "top_p", "effort", "thinking_budget")
+# How verdicts are asked for: a strict JSON schema on both providers (Anthropic output_config.format, OpenAI
+# response_format json_schema). A pin, so a client that asked otherwise could not share a validation.
+STRUCTURED_OUTPUT = "json_schema"
+
+
+def judge_settings(pins: dict[str, Any] | None) -> str | None:
+    """The settings pin of a judge: every setting that can move a verdict and is not already in the model,
+    rubric or prompt sha (sampling, thinking budget, structured-output mode, a cascade's tiers and band), as
+    one canonical ``key=value; ...`` text (unset settings left out). None for no judge. Runs judged before the
+    settings pin existed are read the same way from the keys they stored (they all used a JSON schema)."""
+    if not isinstance(pins, dict):
+        return None
+    if isinstance(pins.get("settings"), str):
+        return pins["settings"]
+    parts = {}
+    if pins.get("provider") != "local" and not str(pins.get("judge_model", "")).startswith("local:"):
+        parts = {k: pins.get(k) for k in SETTINGS}
+        parts["structured_output"] = pins.get("structured_output") or STRUCTURED_OUTPUT
+    cascade = pins.get("cascade")
+    if isinstance(cascade, dict):
+        parts["cascade"] = ",".join(f"{k}={cascade[k]}" for k in sorted(cascade))
+    return "; ".join(f"{k}={v!r}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in sorted(parts.items()) if v is not None) or "none"
 
 
 def load_judge_config(path: str | Path) -> JudgeConfig:
@@ -152,9 +188,19 @@ def load_judge_config(path: str | Path) -> JudgeConfig:
             lines.append(f"{where}: {field + ': ' if field else ''}{x['msg'].removeprefix('Value error, ')}")
         raise InputError(f"{p}: invalid judge config; fix these fields (see docs/judges.md):\n"
                          + "\n".join(lines)) from e
-    from ragassay.judges.providers import price_table
+    from ragassay.judges.providers import AnthropicJudge, OpenAIJudge, price_table
 
     price_table(cfg.prices, where=f"{p}: prices")
+    if cfg.provider != "local":
+        client = AnthropicJudge if cfg.provider == "anthropic" else OpenAIJudge
+        bad = client.unsupported_settings({k: getattr(cfg, k) for k in SETTINGS if k != "max_tokens"})
+        if bad:
+            def where(problem: str) -> str:
+                line = line_of(node, (problem.partition(":")[0],)) if node is not None else None
+                return f"{p}:{line}" if line else str(p)
+
+            raise InputError(f"{p}: invalid judge config; fix these fields (see docs/judges.md):\n"
+                             + "\n".join(f"{where(x)}: {x}" for x in bad))
     return cfg
 
 
@@ -170,7 +216,7 @@ def build_judge(cfg: JudgeConfig, store=None):
     from ragassay.judges.protocol import Sampling
     from ragassay.judges.providers import AnthropicJudge, BatchPolicy, OpenAIJudge, RetryPolicy, price_table
 
-    sampling = Sampling(cfg.model, max_tokens=cfg.max_tokens, temperature=cfg.temperature, effort=cfg.effort)
+    sampling = Sampling(cfg.model, **{k: getattr(cfg, k) for k in SETTINGS})
     kwargs: dict[str, Any] = {"base_url": cfg.base_url, "concurrency": cfg.concurrency,
                               "spend_cap": cfg.spend_cap, "store": store,
                               "retry": RetryPolicy(**cfg.retry.model_dump()), "mode": cfg.mode,
@@ -186,4 +232,4 @@ def build_judge(cfg: JudgeConfig, store=None):
     return OpenAIJudge(sampling, price_table(cfg.prices), max_tokens_param=cfg.max_tokens_param, **kwargs)
 
 
-__all__ = ["JudgeConfig", "build_judge", "load_judge_config"]
+__all__ = ["SETTINGS", "JudgeConfig", "build_judge", "judge_settings", "load_judge_config"]

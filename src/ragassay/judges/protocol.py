@@ -144,12 +144,15 @@ class JudgeRequest:
 
 @dataclass(frozen=True)
 class Sampling:
-    """The judge identity beyond the prompt (§10.8, §11.6): model id, effort, temperature, max_tokens."""
+    """The judge identity beyond the prompt (§10.8, §11.6): model id, effort, temperature, top_p, max_tokens
+    and the thinking budget. Every field decides the response, so every field is in the request sha."""
 
     model: str
     max_tokens: int = 1024
     temperature: float | None = None
     effort: str | None = None
+    top_p: float | None = None
+    thinking_budget: int | None = None
 
 
 def request_sha(provider: str, sampling: Sampling, request: JudgeRequest) -> str:
@@ -157,17 +160,23 @@ def request_sha(provider: str, sampling: Sampling, request: JudgeRequest) -> str
     text and the verdict schema. The item key is not part of it, so the same question asked for another
     run, query or trial is answered from the cache. The base URL and the API key are not part of it either
     (the key must never be hashed into a stored value that could be brute-forced)."""
+    body = {
+        "provider": provider,
+        "model": sampling.model,
+        "max_tokens": sampling.max_tokens,
+        "temperature": sampling.temperature,
+        "effort": sampling.effort,
+        "system": request.system,
+        "user": request.user,
+        "schema": request.verdict_type.json_schema(),
+    }
+    # settings added later enter the sha only when set, so every request made before them keeps its sha
+    # (and its paid answer in the cache)
+    for key in ("top_p", "thinking_budget"):
+        if getattr(sampling, key) is not None:
+            body[key] = getattr(sampling, key)
     blob = json.dumps(
-        {
-            "provider": provider,
-            "model": sampling.model,
-            "max_tokens": sampling.max_tokens,
-            "temperature": sampling.temperature,
-            "effort": sampling.effort,
-            "system": request.system,
-            "user": request.user,
-            "schema": request.verdict_type.json_schema(),
-        },
+        body,
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragassay.errors import InputError, PinMismatchError
-from ragassay.judges.config import JudgeConfig, build_judge
+from ragassay.judges.config import JudgeConfig, build_judge, judge_settings
 from ragassay.judges.cost import CostLine, cost_line
 from ragassay.judges.metrics import JudgedMetrics, items_from, judge_items
 from ragassay.judges.providers import JudgeStopped
 
-PIN_KEYS = ("judge_model", "rubric_sha", "prompt_sha")
+PIN_KEYS = ("judge_model", "rubric_sha", "prompt_sha", "settings")
 
 
 @dataclass
@@ -54,8 +54,38 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+def check_traces_of(store, rec, traces: Sequence, header=None, where: str = "the traces") -> None:
+    """Refuse traces that are not run ``rec``'s own: a header whose config sha or golden-set version differs
+    from the run's, or a trace whose (query, trial) the run has no rows for or whose trace_id differs from
+    the one stored with that (query, trial). Judging another run's traces would store its numbers as this
+    run's without a word."""
+    problems = []
+    if header is not None:
+        if rec.config_sha and header.config_sha and header.config_sha != rec.config_sha:
+            problems.append(f"config sha {header.config_sha[:12]} in the trace header, {rec.config_sha[:12]} on the "
+                            "run")
+        if rec.dataset_version and header.dataset_version and header.dataset_version != rec.dataset_version:
+            problems.append(f"golden-set version {header.dataset_version} in the trace header, "
+                            f"{rec.dataset_version} on the run")
+    stored = store.trace_ids(rec.run_id)
+    unknown = [t for t in traces if (t.query_id, t.trial) not in stored]
+    other = [t for t in traces if stored.get((t.query_id, t.trial)) not in (None, t.trace_id)]
+    if unknown:
+        t = unknown[0]
+        problems.append(f"{len(unknown)} trace(s) for (query, trial) pairs the run has no rows for (first: "
+                        f"{t.query_id} trial {t.trial})")
+    if other:
+        t = other[0]
+        problems.append(f"{len(other)} trace(s) whose trace_id differs from the run's (first: {t.query_id} trial "
+                        f"{t.trial}: {t.trace_id} in the file, {stored[(t.query_id, t.trial)]} stored)")
+    if problems:
+        raise InputError(f"{where} are not run {rec.name}'s ({rec.run_id}): " + "; ".join(problems)
+                         + ". Pass the traces this run was scored from (see `ragassay runs --json` for its source)")
+
+
 def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg: JudgeConfig, *,
-                     resume: bool = False, executor: Any = None) -> JudgeSummary:
+                     resume: bool = False, executor: Any = None, header=None,
+                     traces_label: str = "the traces") -> JudgeSummary:
     """Judge the answers of stored run ``run_ref`` from its ``traces`` and store the judge metrics.
 
     ``executor`` (``"local"`` by default, ``"ray[:ADDRESS]"`` or an executor object) says where an LLM
@@ -75,11 +105,13 @@ def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg:
                          "pass --resume to finish or re-score it under the same judge (paid calls come from "
                          "the store)")
     if before:
-        differ = [k for k in PIN_KEYS if before.get(k) != pins[k]]
+        was = {**{k: before.get(k) for k in PIN_KEYS}, "settings": judge_settings(before)}
+        differ = [k for k in PIN_KEYS if was[k] != pins[k]]
         if differ:
             raise PinMismatchError(
-                f"run {rec.name} was judged under other pins ({', '.join(f'{k} {before.get(k)} -> {pins[k]}' for k in differ)}); "
-                "a run holds one judge's metrics: score the traces into a new run to judge them differently")
+                f"run {rec.name} was judged under other pins ({'; '.join(f'{k} {was[k]} -> {pins[k]}' for k in differ)}); "
+                "--resume continues the same judge only. A run holds one judge's metrics: score the traces into a "
+                "new run to judge them differently (paid calls stay in the store either way)")
     if rec.status == "running":
         raise InputError(f"run {rec.name} ({rec.run_id}) is still running; judge it once it has finished")
     if rec.dataset_version != golden.dataset_version:
@@ -89,6 +121,7 @@ def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg:
     if unknown:
         raise InputError(f"{len(unknown)} trace(s) name queries not in the golden set (first: {unknown[:3]}); "
                          "pass the run's golden set with --golden")
+    check_traces_of(store, rec, traces, header, traces_label)
 
     def unit_text(u) -> str:
         if u.text is not None:
@@ -141,4 +174,4 @@ def _judge_on(executor: Any, judge, cfg: JudgeConfig, run_id: str, items: list) 
             ex.close()
 
 
-__all__ = ["PIN_KEYS", "JudgeSummary", "judge_stored_run"]
+__all__ = ["PIN_KEYS", "JudgeSummary", "check_traces_of", "judge_stored_run"]

@@ -47,6 +47,7 @@ from ragassay.store.schema import (
     JUDGE_BATCHES_DDL,
     JUDGE_CALL_COLUMNS,
     JUDGE_CALLS_DDL,
+    JUDGE_CALLS_KEY,
     JUDGE_OUTCOMES,
     JUDGE_PAID_OUTCOMES,
     JUDGE_VALIDATION_COLUMNS,
@@ -270,6 +271,8 @@ class Store:
                 self._judge_calls_present = False
             else:
                 self._con.execute(JUDGE_CALLS_DDL)
+        elif not self.read_only:
+            self._migrate_judge_calls_key()
         if "judge_validations" not in present:
             if self.read_only:
                 self._validations_present = False
@@ -280,6 +283,26 @@ class Store:
                 self._batches_present = False
             else:
                 self._con.execute(JUDGE_BATCHES_DDL)
+
+    def _migrate_judge_calls_key(self) -> None:
+        """Move a store whose judge_calls key lacks the request sha to the append-only key (schema.py)."""
+        keys = self._con.execute(
+            "SELECT constraint_column_names FROM duckdb_constraints() WHERE table_name = 'judge_calls' "
+            "AND constraint_type = 'PRIMARY KEY' AND database_name = current_database()").fetchall()
+        if keys and tuple(keys[0][0]) == JUDGE_CALLS_KEY:
+            return
+        cols = ", ".join(JUDGE_CALL_COLUMNS)
+        self._con.execute("BEGIN TRANSACTION")
+        try:
+            self._con.execute("ALTER TABLE judge_calls RENAME TO judge_calls_before_sha_key")
+            self._con.execute("DROP INDEX IF EXISTS judge_calls_request_sha")
+            self._con.execute(JUDGE_CALLS_DDL)
+            self._con.execute(f"INSERT INTO judge_calls ({cols}) SELECT {cols} FROM judge_calls_before_sha_key")
+            self._con.execute("DROP TABLE judge_calls_before_sha_key")
+            self._con.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
 
     def close(self) -> None:
         self._con.close()
@@ -679,6 +702,14 @@ class Store:
         return self._con.sql(f"SELECT {', '.join(names)} FROM results WHERE {where}{order}",
                              params=params).to_arrow_table()
 
+    def trace_ids(self, run_ref: str) -> dict[tuple[str, int], str | None]:
+        """(query_id, trial) -> the trace_id its result rows carry (None when they carry none)."""
+        run_id = self.get_run(run_ref).run_id
+        rows = self._con.execute(
+            "SELECT query_id, trial, max(trace_id) FROM results WHERE run_id = ? GROUP BY query_id, trial",
+            [run_id]).fetchall()
+        return {(q, int(t)): tid for q, t, tid in rows}
+
     def metrics(self, run_ref: str) -> list[str]:
         """Distinct metric names of a run, sorted."""
         run_id = self.get_run(run_ref).run_id
@@ -762,9 +793,11 @@ class Store:
     def record_judge_calls(self, records: Sequence[Mapping[str, Any]]) -> int:
         """Insert judge-call records (dicts keyed by ``JUDGE_CALL_COLUMNS``) in one transaction; return the count.
 
-        ``created_at`` defaults to now and ``verdict`` (a dict or None) is stored as JSON. A record for a
-        (run_id, query_id, trial, item) already present replaces it. Every run_id must exist; any invalid
-        record rejects the whole batch with a ``SchemaError`` naming it, and nothing is written.
+        ``created_at`` defaults to now and ``verdict`` (a dict or None) is stored as JSON. The cache is
+        append-only: a record for a (run_id, query_id, trial, item, request_sha) already present replaces it
+        only when the stored one is an ``error`` (not billed) or a cache hit; a paid call is never replaced.
+        Every run_id must exist; any invalid record rejects the whole batch with a ``SchemaError`` naming it,
+        and nothing is written.
         """
         self._check_writable()
         rows = [_judge_call_row(k, rec) for k, rec in enumerate(records)]
@@ -772,11 +805,12 @@ class Store:
             return 0
         for run_id in sorted({r[0] for r in rows}):
             self._require_run(run_id)
-        keys = [tuple(r[:4]) for r in rows]
+        sha_at = JUDGE_CALL_COLUMNS.index("request_sha")
+        keys = [(*r[:4], r[sha_at]) for r in rows]
         if len(set(keys)) != len(keys):
             dup = next(k for k in keys if keys.count(k) > 1)
-            raise SchemaError(f"judge calls: key (run_id, query_id, trial, item) = {dup} appears twice in one "
-                              "batch; send each item once")
+            raise SchemaError(f"judge calls: key (run_id, query_id, trial, item, request_sha) = {dup} appears "
+                              "twice in one batch; send each request once")
         cols = ", ".join(JUDGE_CALL_COLUMNS)
         # One Arrow view and one INSERT ... SELECT: row-by-row executemany holds the GIL ~10x longer.
         table = pa.table({c: pa.array([r[i] for r in rows], _JUDGE_ARROW[c])
@@ -787,7 +821,10 @@ class Store:
         try:
             con.execute("BEGIN TRANSACTION")
             try:
-                con.execute(f"INSERT OR REPLACE INTO judge_calls ({cols}) SELECT {select} FROM {_JUDGE_VIEW}")
+                update = ", ".join(f"{c} = excluded.{c}" for c in JUDGE_CALL_COLUMNS if c not in JUDGE_CALLS_KEY)
+                con.execute(f"INSERT INTO judge_calls ({cols}) SELECT {select} FROM {_JUDGE_VIEW} "
+                            f"ON CONFLICT ({', '.join(JUDGE_CALLS_KEY)}) DO UPDATE SET {update} "
+                            "WHERE judge_calls.cache_hit OR judge_calls.outcome = 'error'")
                 con.execute("COMMIT")
             except BaseException:
                 self._rollback()
@@ -811,12 +848,14 @@ class Store:
         return [_judge_call_dict(r) for r in rows]
 
     def judge_call(self, run_id: str, query_id: str, trial: int, item: str) -> dict[str, Any] | None:
-        """The call recorded for one (run, query, trial, item), or None."""
+        """The latest call recorded for one (run, query, trial, item) (a paid one before a cache hit made at
+        the same time), or None."""
         if not self._judge_calls_present:
             return None
         row = self._con.execute(
             f"SELECT {', '.join(JUDGE_CALL_COLUMNS)} FROM judge_calls "
-            "WHERE run_id = ? AND query_id = ? AND trial = ? AND item = ?",
+            "WHERE run_id = ? AND query_id = ? AND trial = ? AND item = ? "
+            "ORDER BY created_at DESC, cache_hit LIMIT 1",
             [run_id, query_id, trial, item],
         ).fetchone()
         return None if row is None else _judge_call_dict(row)
@@ -828,7 +867,7 @@ class Store:
             return []
         rows = self._con.execute(
             f"SELECT {', '.join(JUDGE_CALL_COLUMNS)} FROM judge_calls WHERE run_id = ? "
-            "ORDER BY query_id, trial, item",
+            "ORDER BY query_id, trial, item, created_at, request_sha",
             [run_id],
         ).fetchall()
         return [_judge_call_dict(r) for r in rows]

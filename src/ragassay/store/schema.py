@@ -4,8 +4,8 @@ One row per (run, query, trial, metric) in ``results``; the pins that make runs 
 corpus digest, config sha, metric version, judge model, rubric sha, hit rule, gain, ties) live once per run in
 ``runs``; ``query_status`` records which (query, trial) pairs finished, written in the same transaction as
 their result rows so that "done" implies "all rows present". ``judge_calls`` holds one row per judge call
-made (or answered from the cache) for a (run, query, trial, item), and is the judge cache: a paid call's
-``request_sha`` is never paid again. ``judge_validations`` holds one row per judge validation against human
+made (or answered from the cache) for a (run, query, trial, item, request), and is the judge cache: a paid
+call's ``request_sha`` is never paid again, and its row is never replaced. ``judge_validations`` holds one row per judge validation against human
 labels. ``docs/store.md`` documents the first four tables, ``docs/judges.md`` the judge calls and
 ``docs/judge-validation.md`` the validations.
 
@@ -122,10 +122,15 @@ CREATE TABLE IF NOT EXISTS judge_calls (
     attempts       INTEGER NOT NULL,
     cache_hit      BOOLEAN NOT NULL,
     created_at     TIMESTAMP NOT NULL,
-    PRIMARY KEY (run_id, query_id, trial, item)
+    PRIMARY KEY (run_id, query_id, trial, item, request_sha)
 );
 CREATE INDEX IF NOT EXISTS judge_calls_request_sha ON judge_calls (request_sha);
 """
+# The judge cache is append-only: a paid call (any outcome but `error`, not a cache hit) is never replaced
+# or deleted. The key holds the request sha, so the same item asked under other settings is a row of its
+# own beside the first; for one key, a new record replaces only an `error` (not billed) or a cache hit.
+# Stores written before the sha was in the key are moved to this key on their next writable open.
+JUDGE_CALLS_KEY = ("run_id", "query_id", "trial", "item", "request_sha")
 
 JUDGE_CALL_COLUMNS = (
     "run_id",

@@ -29,13 +29,24 @@ from ragassay.judges.providers.batch import BatchState
 
 class AnthropicJudge(JudgeClient):
     """Judge through ``AsyncAnthropic(...).messages.create``; ``base_url`` points it anywhere (tests use a
-    local server). Temperature is sent only when set, since current Claude models reject it (§10.8)."""
+    local server). Optional settings are sent only when set; the judge config refuses one the installed SDK
+    does not take (anthropic 2.14's ``messages.create`` takes no ``temperature``)."""
 
     provider = "anthropic"
     api_key_env = "ANTHROPIC_API_KEY"
     batch_api = True
     # The Message Batches API takes up to 100,000 requests (and 256 MB) per batch.
     max_batch_requests = 100_000
+    setting_keywords = {"temperature": "temperature", "top_p": "top_p", "effort": "output_config",
+                        "thinking_budget": "thinking"}
+
+    @classmethod
+    def sdk_create(cls) -> Any:
+        try:
+            from anthropic.resources.messages import AsyncMessages
+        except ImportError:
+            return None
+        return AsyncMessages.create
 
     async def _open(self) -> None:
         try:
@@ -67,6 +78,10 @@ class AnthropicJudge(JudgeClient):
         }
         if self.sampling.temperature is not None:
             params["temperature"] = self.sampling.temperature
+        if self.sampling.top_p is not None:
+            params["top_p"] = self.sampling.top_p
+        if self.sampling.thinking_budget is not None:
+            params["thinking"] = {"type": "enabled", "budget_tokens": self.sampling.thinking_budget}
         return params
 
     def _classified(self, timeout: float):

@@ -349,6 +349,34 @@ class JudgeClient(abc.ABC):
     # Provider modules with a batch API set these; see ``providers.batch``.
     batch_api: ClassVar[bool] = False
     max_batch_requests: ClassVar[int] = 0
+    # Each optional sampling setting -> the keyword of the SDK's create call that carries it (None: this
+    # provider has no such setting).
+    setting_keywords: ClassVar[dict[str, str | None]] = {}
+
+    @classmethod
+    def sdk_create(cls) -> Any:
+        """The SDK's create method the client calls (None when the SDK is not installed)."""
+        return None
+
+    @classmethod
+    def unsupported_settings(cls, settings: Mapping[str, Any]) -> list[str]:
+        """One line per set sampling setting this provider cannot send: it has no such setting, or the
+        installed SDK's create call does not take the keyword (so every call would end in ``error``)."""
+        import inspect
+
+        create = cls.sdk_create()
+        accepted = set(inspect.signature(create).parameters) if create is not None else None
+        out = []
+        for name, value in settings.items():
+            if value is None:
+                continue
+            keyword = cls.setting_keywords.get(name)
+            if keyword is None:
+                out.append(f"{name}: the {cls.provider} provider has no such setting; remove it")
+            elif accepted is not None and keyword not in accepted:
+                out.append(f"{name}: the installed {cls.provider} SDK does not accept {keyword!r} in its create "
+                           "call (every call would fail); remove it")
+        return out
 
     def __init__(
         self,

@@ -39,6 +39,16 @@ class OpenAIJudge(JudgeClient):
     batch_api = True
     # The Batch API takes up to 50,000 requests (and 200 MB) per input file.
     max_batch_requests = 50_000
+    setting_keywords = {"temperature": "temperature", "top_p": "top_p", "effort": "reasoning_effort",
+                        "thinking_budget": None}
+
+    @classmethod
+    def sdk_create(cls) -> Any:
+        try:
+            from openai.resources.chat.completions import AsyncCompletions
+        except ImportError:
+            return None
+        return AsyncCompletions.create
 
     def __init__(self, *args: Any, max_tokens_param: Literal["max_completion_tokens", "max_tokens"] =
                  "max_completion_tokens", **kwargs: Any):
@@ -76,6 +86,8 @@ class OpenAIJudge(JudgeClient):
         }
         if self.sampling.temperature is not None:
             body["temperature"] = self.sampling.temperature
+        if self.sampling.top_p is not None:
+            body["top_p"] = self.sampling.top_p
         if self.sampling.effort is not None:
             body["reasoning_effort"] = self.sampling.effort
         return body
