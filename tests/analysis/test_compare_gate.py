@@ -402,6 +402,20 @@ def test_policy_values_out_of_range_name_the_file_line_and_field(tmp_path, text,
     assert fragment in str(e.value)
 
 
+def validation_row(*, kappa=(0.8, 0.7, 0.9), recall_low=0.7, n=120, per_class=60, scale="binary",
+                   model="openai:m", rubric="r" * 64, prompt="p" * 64, settings="structured_output=json_schema"):
+    """A stored validation record with the figures the floor reads (kappa CI, per-class support and recall CI)."""
+    ci = {"value": kappa[0], "ci_low": kappa[1], "ci_high": kappa[2], "defined": True}
+    classes = ("not_supported", "supported")
+    return {"judge_model": model, "rubric_sha": rubric, "prompt_sha": prompt, "judge_settings": settings,
+            "kind": "support", "scale": scale, "label_set_version": "ab" * 32, "n_items": n, "n": n,
+            "kappa": kappa[0], "kappa_low": kappa[1], "kappa_high": kappa[2], "min_class_recall": recall_low + 0.1,
+            "figures": {"scale": scale, "kappa": ci, "per_class": [
+                {"label": c, "support": per_class, "recall": {"value": recall_low + 0.1, "ci_low": recall_low,
+                                                               "ci_high": 1.0, "defined": True}}
+                for c in classes]}}
+
+
 def _judged(store, name, values, model="openai:m", rubric="r" * 64, prompt="p" * 64):
     run_id = make_run(store, name, values, extra={"unit_failures": 0})
     store.set_judge_pins(run_id, {"judge_model": model, "rubric_sha": rubric, "prompt_sha": prompt})
@@ -437,9 +451,7 @@ def test_gate_fails_a_credible_regression_in_a_judge_metric(store):
     # without a validation record for these judge pins the judge cannot decide the build either way
     unvalidated = [c for c in run_gate(store, a, worse, pol).checks if c.name == "faithfulness"]
     assert [(c.verdict, c.status) for c in unvalidated] == [("WARN", "unvalidated")]
-    store.record_judge_validation({"judge_model": "openai:m", "rubric_sha": "r" * 64, "prompt_sha": "p" * 64,
-                                   "kind": "support", "label_set_version": "v", "n_items": 100, "n": 100,
-                                   "kappa": 0.8, "min_class_recall": 0.8, "figures": {}})
+    store.record_judge_validation(validation_row())
     res = run_gate(store, a, worse, pol)
     assert res.verdict == "FAIL"
     assert any(c.name == "faithfulness" and c.verdict == "FAIL" for c in res.checks)

@@ -65,7 +65,11 @@ def test_demo_kappa_and_class_recall_equal_sklearn_on_the_same_judge_outputs(dem
     assert v["min_class_recall"] == pytest.approx(recall.min(), abs=1e-12)
     # the lexical judge fails the default floor on kappa, so its metrics are unvalidated everywhere
     assert v["meets_floor"] is False and v["status"] == "unvalidated"
-    assert v["floor_detail"].startswith("kappa 0.493 < 0.6")
+    k = v["kappa"]
+    assert v["floor_detail"].startswith(f"kappa 0.493 [{k['ci_low']:.3f}, {k['ci_high']:.3f}]: lower bound "
+                                        f"{k['ci_low']:.3f} < 0.6 (validation {v['validation_id']}, binary scale")
+    assert v["floor"] == {"min_kappa": 0.6, "min_class_recall": 0.5, "min_per_class": 10, "min_items": 100}
+    assert v["labelled_by"] == "automated"
     # the record the store keeps is the same validation
     with Store.open(demo.out / "ragassay.duckdb", read_only=True) as st:
         recs = st.judge_validations(judge_model="local:lexical", kind="support")
@@ -103,7 +107,8 @@ def test_faithfulness_rows_exist_for_every_demo_run_and_are_null_where_nothing_w
 def test_faithfulness_claims_carry_the_unvalidated_marker_and_the_gate_is_untouched(demo):
     for comp in demo.comparisons:
         status = next(s for s in comp.judge_validation if s["metric"] == "faithfulness")
-        assert status["status"] == "unvalidated" and any("kappa 0.493 < 0.6" in r for r in status["reasons"])
+        assert status["status"] == "unvalidated"
+        assert any("kappa 0.493 [" in r and "lower bound" in r and "< 0.6" in r for r in status["reasons"])
         row = comp.overall("faithfulness")
         assert row is not None and row.defined
         claim = comp.claim(row)
@@ -165,7 +170,8 @@ def test_report_section_shows_kappa_confusion_probes_and_statuses(demo, judge_ou
     k = section["kappa"]
     assert f'<span class="jv-kappa">{k["value"]:.3f}</span> <span class="note">[{k["ci_low"]:.3f}, ' \
            f'{k["ci_high"]:.3f}]</span>' in body
-    assert "<strong>Unvalidated.</strong>" in body and "kappa 0.493 &lt; 0.6" in body
+    assert "<strong>Unvalidated.</strong>" in body
+    assert f"kappa 0.493 [{k['ci_low']:.3f}, {k['ci_high']:.3f}]: lower bound {k['ci_low']:.3f} &lt; 0.6" in body
     h, j = judge_outputs
     conf = confusion_matrix(h, j, labels=[0, 1])
     for i, c in enumerate(CLASSES):

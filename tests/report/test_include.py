@@ -231,8 +231,12 @@ def test_the_judge_validation_confusion_matrix_keeps_its_layout(stage_outputs, t
     d = json.loads(files["judge validate"].read_text())
     sec = load_include(files["judge validate"])
     conf = next(t for t in sec["tables"] if t["title"].startswith("Confusion matrix"))
-    # rows are the human label, columns the judge's, as the command counted them
-    assert conf["columns"] == ["human", *d["figures"]["classes"]]
+    # rows are the labels, columns the judge's, as the command counted them; the bundled set's labels are
+    # automated, and the heading says so (never "human")
+    assert d["labelled_by"] == "automated"
+    assert conf["columns"] == ["automated", *d["figures"]["classes"]]
+    notes = " ".join(sec["notes"])
+    assert f"meets the gate's default floor: no ({d['floor_detail']})" in notes and "labelled by: automated" in notes
     assert conf["rows"] == [[c, *r] for c, r in zip(d["figures"]["classes"], d["figures"]["confusion"], strict=True)]
     assert sum(sum(r) for r in d["figures"]["confusion"]) == d["n"]
 

@@ -378,7 +378,7 @@ def delivered_tokens(store, run_id: str) -> float | None:
 
 def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFAULT_MIN_EFFECT,
                  n_resamples: int = 10_000, seed: int = 0, confidence: float = 0.95, rebaseline: bool = False,
-                 strata: bool = True, judge_floor=None) -> Comparison:
+                 strata: bool = True, judge_floor=None, judge_label_set: str | None = None) -> Comparison:
     """Compare stored runs A (baseline) and B (candidate); refuses differing pins unless ``rebaseline``.
 
     Metrics measured at final_k are refused when the runs' final_k differ: asked for explicitly, that is an
@@ -428,7 +428,7 @@ def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFA
                 "credible": "CI excludes 0 and BH-adjusted p < 1 - confidence"}
     comp = Comparison(ra, rb, rows, diff, [], pins, settings, excluded,
                       (delivered_tokens(store, ra.run_id), delivered_tokens(store, rb.run_id)))
-    comp.judge_validation = judge_validation(store, (ra, rb), wanted, judge_floor)
+    comp.judge_validation = judge_validation(store, (ra, rb), wanted, judge_floor, label_set=judge_label_set)
     judged = {s["metric"] for s in comp.judge_validation}
     headline = [r for r in rows if r.stratum == "all" and (r.metric in HEADLINE_METRICS or r.metric in judged)
                 and r.defined]
@@ -436,16 +436,18 @@ def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFA
     return comp
 
 
-def judge_validation(store, runs, metrics, floor=None) -> list[dict]:
+def judge_validation(store, runs, metrics, floor=None, *, label_set: str | None = None) -> list[dict]:
     """Validation status of every judge metric among ``metrics``: ``validated`` only when each run that a
-    judge scored has a validation record for its judge's pins meeting ``floor`` (default kappa >= 0.6, no
-    class recall below 0.5)."""
+    judge scored has a matching validation record (the judge's full pins, the metric's scale; on
+    ``label_set`` when given) meeting ``floor`` (judges/validate.py ``Floor``: on the intervals, with minimum
+    counts)."""
     from ragassay.judges.validate import Floor, judge_status
 
     floor = floor or Floor()
     out = []
     for m in metrics:
-        found = [s for s in (judge_status(store, rec, m, floor) for rec in runs) if s is not None]
+        found = [s for s in (judge_status(store, rec, m, floor, label_set_version=label_set) for rec in runs)
+                 if s is not None]
         if found:
             bad = [why for st, why in found if st == "unvalidated"]
             out.append({"metric": m, "status": "unvalidated" if bad else "validated",

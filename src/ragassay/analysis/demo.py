@@ -110,7 +110,8 @@ def validate_demo_judge(st, cfg, *, n_resamples: int = ANALYSIS_RESAMPLES, seed:
     record["validation_id"] = st.record_judge_validation(record)
     floor = Floor()
     record["meets_floor"], record["floor_detail"] = floor.check(record)
-    record["floor"] = {"min_kappa": floor.min_kappa, "min_class_recall": floor.min_class_recall}
+    record["floor"] = {"min_kappa": floor.min_kappa, "min_class_recall": floor.min_class_recall,
+                       "min_per_class": floor.min_per_class, "min_items": floor.min_items}
     return record
 
 
@@ -156,7 +157,7 @@ def judge_validation_summary(record: dict) -> dict:
         "passes_kappa": record["passes_kappa"], "kappa": f["kappa"], "agreement": f["agreement"],
         "recall": {c["label"]: c["recall"] for c in f["per_class"]},
         "min_class_recall": record["min_class_recall"], "n_resamples": f["n_resamples"],
-        "floor": {"min_kappa": record["floor"]["min_kappa"], "min_class_recall": record["floor"]["min_class_recall"]},
+        "floor": dict(record["floor"]), "labelled_by": record.get("labelled_by"),
         "meets_floor": record["meets_floor"], "floor_detail": record["floor_detail"],
         "status": "validated" if record["meets_floor"] else "unvalidated",
     }
@@ -171,8 +172,7 @@ def judge_validation_section(record: dict, statuses: dict[str, dict[str, dict]],
 
     section = validation_report_section(record)
     section["verdict"] = {"meets_floor": record["meets_floor"], "detail": record["floor_detail"],
-                          "min_kappa": record["floor"]["min_kappa"],
-                          "min_class_recall": record["floor"]["min_class_recall"]}
+                          **record["floor"]}
     section["metrics"] = [{"run": name, "metric": m, "mean": means.get(name, {}).get(m, {}).get("mean"),
                            "status": st["status"], "reason": st["reason"]}
                           for name, per in statuses.items() for m, st in sorted(per.items())]

@@ -14,9 +14,11 @@ beside the verdict:
 - PASS otherwise (no credible regression, and enough power to have seen one).
 
 A metric scored by a judge (faithfulness, citation precision/recall, ...) decides nothing unless that judge has
-a validation record for the same pins (model, rubric sha, prompt sha) meeting the policy's ``judge`` floor
-(default kappa >= 0.6 and no class recall below 0.5; docs/judge-validation.md): otherwise its check is WARN with
-status ``unvalidated`` — it can neither PASS nor FAIL the build.
+a validation record for the same full pins (model, rubric sha, prompt sha, settings), on the metric's scale,
+meeting the policy's ``judge`` floor on the intervals (default: the lower end of the kappa CI >= 0.6 and of
+every class recall CI >= 0.5, over at least 100 items and 10 per class; docs/judge-validation.md): otherwise
+its check is WARN with status ``unvalidated`` — it can neither PASS nor FAIL the build. The check names the
+record it used.
 
 Hard checks fail regardless of statistics: trace schema failures, retrieved units that failed validation
 against the corpus (either run), invalid citations, cost per query over budget, p95 latency over the SLO,
@@ -63,9 +65,19 @@ class HardPolicy(BaseModel):
 
 
 class JudgeFloorPolicy(BaseModel):
+    """The validation floor (judges/validate.py ``Floor``): on the lower ends of the intervals, with minimum
+    counts; ``label_set`` (a version prefix) makes only validations on that label set count."""
     model_config = _STRICT
     min_kappa: float = Field(default=0.6, ge=-1, le=1)
     min_class_recall: float = Field(default=0.5, ge=0, le=1)
+    min_per_class: int = Field(default=10, ge=1)
+    min_items: int = Field(default=100, ge=1)
+    label_set: str | None = Field(default=None, min_length=6, pattern=r"^[0-9a-f]+$")
+
+    def floor(self):
+        from ragassay.judges.validate import Floor
+
+        return Floor(self.min_kappa, self.min_class_recall, self.min_per_class, self.min_items)
 
 
 class GatePolicy(BaseModel):
@@ -324,12 +336,10 @@ def _first_metric_rows(cols: dict) -> list[int]:
 
 def run_gate(store, base: str, cand: str, policy: GatePolicy, *, rebaseline: bool = False) -> GateResult:
     metrics = list(policy.metrics)
-    from ragassay.judges.validate import Floor
-
     comp = compare_runs(store, base, cand, metrics=metrics, n_resamples=policy.n_resamples, seed=policy.seed,
                         confidence=policy.confidence, rebaseline=rebaseline, strata=False,
                         min_effect={m: p.min_effect for m, p in policy.metrics.items()},
-                        judge_floor=Floor(policy.judge.min_kappa, policy.judge.min_class_recall))
+                        judge_floor=policy.judge.floor(), judge_label_set=policy.judge.label_set)
     checks = []
     status = {s["metric"]: s for s in comp.judge_validation}
     for m, pol in policy.metrics.items():
@@ -342,6 +352,9 @@ def run_gate(store, base: str, cand: str, policy: GatePolicy, *, rebaseline: boo
                           f"{'; '.join(status[m]['reasons'])}; validate it with `ragassay judge validate` "
                           f"(would have been {check.verdict}: {check.detail})", check.value, check.threshold,
                           status="unvalidated")
+        elif m in status:
+            check = Check(m, check.kind, check.verdict, f"{check.detail}; judge validated: "
+                          f"{'; '.join(status[m]['reasons'])}", check.value, check.threshold, status="validated")
         checks.append(check)
     checks += hard_checks(policy.hard, comp.run_b, store.results(comp.run_b.run_id), baseline=comp.run_a)
     verdict = max((c.verdict for c in checks), key=ORDER.__getitem__, default="PASS")

@@ -154,6 +154,10 @@ def validate(
                                                                           "allowed to auto-pass."),
     max_false_fail: float = typer.Option(0.02, "--max-false-fail", help="Band budget: share of good items "
                                                                           "allowed to auto-fail."),
+    min_per_class: int = typer.Option(10, "--min-per-class", help="Refuse a label set with fewer compared "
+                                      "labels than this in any class (the gate's floor default)."),
+    min_items: int = typer.Option(100, "--min-items", help="Refuse a label set with fewer compared labels "
+                                  "than this in all (the gate's floor default)."),
     resamples: int = typer.Option(2_000, "--resamples", help="Bootstrap resamples."),
     seed: int = typer.Option(0, "--seed"),
     confidence: float = typer.Option(0.95, "--confidence"),
@@ -161,14 +165,25 @@ def validate(
 ) -> None:
     """Validate a judge against human labels like a classifier: kappa and agreement, per-class
     precision/recall/F1, confusion matrix, label distributions, verbosity and self-preference probes,
-    calibration (ECE, Brier, isotonic, band) for judges with a score; store the validation record."""
+    calibration (ECE, Brier, isotonic, band) for judges with a score; store the validation record. A label
+    set with a single class, or fewer labels than the minimums, is refused before any call is made."""
     from ragassay.judges.config import load_judge_config
     from ragassay.judges.labels import load_labels
-    from ragassay.judges.validate import SCALES, Floor, run_judge, validate_judgements, validation_record
+    from ragassay.judges.validate import (
+        SCALES,
+        Floor,
+        label_counts,
+        run_judge,
+        validate_judgements,
+        validation_record,
+    )
     from ragassay.store import Store
 
     if scale not in SCALES:
         raise InputError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
+    for name, v in (("--min-per-class", min_per_class), ("--min-items", min_items)):
+        if v < 1:
+            raise InputError(f"{name} must be an integer >= 1, got {v}")
     if not 100 <= resamples <= 1_000_000:
         raise InputError(f"--resamples must be between 100 and 1,000,000, got {resamples}")
     if not 0 < confidence < 1:
@@ -181,6 +196,15 @@ def validate(
     if cfg1 is not None and cfg1.provider != "local":
         raise InputError(f"{tier1}: tier 1 of a cascade must be a local judge (it needs a score to route by)")
     label_set = load_labels(_labels_path(labels))
+    default = Floor()
+    floor = Floor(default.min_kappa, default.min_class_recall, min_per_class, min_items)
+    counts = label_counts(label_set.items, scale)
+    problem = floor.label_set_problem(counts)
+    if problem:
+        shown = ", ".join(f"{c} {n}" for c, n in counts.items())
+        raise InputError(f"{label_set.path}: {problem} on the {scale} scale ({shown}); a validation on it could not "
+                         f"earn the gate's floor. Label more items (--min-per-class {min_per_class}, --min-items "
+                         f"{min_items}); nothing was judged or recorded")
     opts = {"n_resamples": resamples, "seed": seed, "confidence": confidence}
     with Store.open(store) as st:
         judged, calls = run_judge(cfg, label_set.items, st)
@@ -201,10 +225,13 @@ def validate(
             cascade["tier1"] = cfg1.pins()["judge_model"]
         record = validation_record(cfg.pins(), label_set, figures, calls=calls, cascade=cascade)
         record["validation_id"] = st.record_judge_validation(record)
-    ok, why = Floor().check(record)
+    ok, why = default.check(record)
     record["created_at"] = record["created_at"].isoformat()
     record["meets_default_floor"] = ok
     record["floor_detail"] = why
+    record["floor"] = {"min_kappa": default.min_kappa, "min_class_recall": default.min_class_recall,
+                       "min_per_class": default.min_per_class, "min_items": default.min_items,
+                       "on": "the lower ends of the 95% intervals"}
     if json_out:
         print_json(record)
         return
@@ -218,16 +245,21 @@ def _print_validation(record: dict, label_set, judge_path: str) -> None:
                        f"scale {f['scale']}; validation {record['validation_id']}"))
     if f["excluded"]:
         console.print(Text("left out: " + ", ".join(f"{k} {v}" for k, v in f["excluded"].items())))
+    who = record.get("labelled_by") or "unstated"
+    head = {"human": "human", "automated": "automated", "mixed": "labels (mixed)"}.get(who, "labels")
+    console.print(Text(f"labelled by: {who}" + (" (not people: validate on human labels of your own data before a "
+                                                 "judge decides a gate)" if who != "human" else "")))
     if record.get("passes_kappa") is not None:
-        console.print(Text(f"annotation passes: kappa {record['passes_kappa']:.3f} between the two annotation passes"))
+        console.print(Text(f"annotation passes: kappa {record['passes_kappa']:.3f} between the two annotation passes "
+                           "(the ceiling for any judge; not the judge's agreement)"))
     console.print(Text(f"kappa {_fmt(f['kappa'])}{' (linear weights)' if f.get('kappa_weights') else ''}, "
                        f"agreement {_fmt(f['agreement'])}"))
-    table = Table("class", "human", "judge", "precision", "recall", "F1")
+    table = Table("class", head, "judge", "precision", "recall", "F1")
     for c in f["per_class"]:
         table.add_row(Text(c["label"]), str(c["support"]), str(c["predicted"]), _fmt(c["precision"]),
                       _fmt(c["recall"]), _fmt(c["f1"]))
     console.print(table)
-    conf = Table("human \\ judge", *f["classes"])
+    conf = Table(f"{head} \\ judge", *f["classes"])
     for lab, row in zip(f["classes"], f["confusion"], strict=True):
         conf.add_row(Text(lab), *map(str, row))
     console.print(conf)
@@ -268,8 +300,10 @@ def _print_validation(record: dict, label_set, judge_path: str) -> None:
                                f"{_fmt(c['cost']['saved'])}; latency saved "
                                f"{_fmt(c['latency'].get('saved'))}"))
     verdict = "meets" if record["meets_default_floor"] else "does NOT meet"
-    console.print(Text(f"{verdict} the default gate floor (kappa ≥ 0.6, every class recall ≥ 0.5): "
-                       f"{record['floor_detail']}"))
+    fl = record["floor"]
+    console.print(Text(f"{verdict} the default gate floor (at the lower end of each 95% interval: kappa ≥ "
+                       f"{fl['min_kappa']:g}, every class recall ≥ {fl['min_class_recall']:g}; at least "
+                       f"{fl['min_items']} items and {fl['min_per_class']} per class): {record['floor_detail']}"))
 
 
 @judge_app.command("rebaseline")
@@ -324,10 +358,10 @@ def rebaseline_cmd(
         return
     console.print(Text(f"rebaseline {out['old']['judge_model']} → {out['new']['judge_model']} on "
                        f"{len(out['runs'])} run(s), pairs {out['pairing']}:"))
-    table = Table("metric", "n", "old", "new", "offset (new − old) [95% CI]", "undefined old/new")
+    table = Table("metric", "n", "old", "new", "offset (new − old) [95% CI]", "undefined old/new (both)")
     for m, r in out["metrics"].items():
         table.add_row(Text(m), str(r["n"]), f"{r['mean_old']:.3f}", f"{r['mean_new']:.3f}", _fmt(r["offset"], True),
-                      f"{r['undefined_old']}/{r['undefined_new']}")
+                      f"{r['undefined_old']}/{r['undefined_new']} ({r['undefined_both']})")
     console.print(table)
 
 

@@ -11,7 +11,8 @@ One JSON object per line::
 ``unsupported``, ``cannot_tell`` (spaces or hyphens for underscores are accepted). ``answer`` may stand for
 ``claim``. ``label_a``/``label_b`` (or ``label_a1``/``label_a2``) are the two independent annotation passes,
 ``adjudicated`` says the final label was settled after they disagreed and ``adjudication`` is the
-adjudicator's note; all are optional. When a line carries only ``item_id`` and the
+adjudicator's note; ``labelled_by`` says who gave the label, ``human`` or ``automated`` (a model or a
+script); all are optional. When a line carries only ``item_id`` and the
 labels, its question, context and claim are taken from ``items.jsonl`` in the same directory (the bundled
 calibration set keeps items and labels apart).
 
@@ -31,7 +32,9 @@ from ragassay.errors import InputError
 
 HUMAN_LABELS = ("supported", "partially_supported", "unsupported", "cannot_tell")
 _TEXT_FIELDS = ("question", "context", "claim")
-_OPTIONAL = ("case", "doc_id", "generator_family", "label_a", "label_b", "adjudicated", "adjudication", "answer")
+_OPTIONAL = ("case", "doc_id", "generator_family", "label_a", "label_b", "adjudicated", "adjudication", "answer",
+             "labelled_by")
+LABELLERS = ("human", "automated")
 # The bundled set names its passes after its annotators.
 _PASS_ALIASES = {"label_a1": "label_a", "label_a2": "label_b"}
 _KNOWN = frozenset(("item_id", "label", *_TEXT_FIELDS, *_OPTIONAL, *_PASS_ALIASES))
@@ -51,6 +54,7 @@ class LabelledItem:
     label_a: str | None = None
     label_b: str | None = None
     adjudicated: bool | None = None
+    labelled_by: str | None = None
     line: int = 0
 
 
@@ -62,6 +66,13 @@ class LabelSet:
 
     def __len__(self) -> int:
         return len(self.items)
+
+    def labelled_by(self) -> str:
+        """Who labelled the set, from its items: ``human``, ``automated``, ``mixed`` or ``unstated``."""
+        kinds = {it.labelled_by for it in self.items}
+        if kinds == {"human"} or kinds == {"automated"}:
+            return kinds.pop()
+        return "unstated" if kinds == {None} else "mixed"
 
     def passes_kappa(self) -> float | None:
         """Cohen's kappa between the two annotation passes over items that carry both (None without them)."""
@@ -172,7 +183,11 @@ def load_labels(path: str | Path) -> LabelSet:
         if obj.get("adjudication") is not None and not isinstance(obj["adjudication"], str):
             problems.append(f"{where}: item {iid}: adjudication is the adjudicator's note (text) or null")
             continue
-        opt = {}
+        who = obj.get("labelled_by")
+        if who is not None and who not in LABELLERS:
+            problems.append(f"{where}: item {iid}: labelled_by {who!r} is not one of {list(LABELLERS)}")
+            continue
+        opt = {"labelled_by": who}
         for k in ("case", "doc_id", "generator_family"):
             v = merged.get(k)
             if v is not None and (not isinstance(v, str) or not v.strip()):
@@ -201,4 +216,4 @@ def bundled_labels() -> Path | None:
     return p if p.is_file() else None
 
 
-__all__ = ["HUMAN_LABELS", "LabelSet", "LabelledItem", "bundled_labels", "load_labels"]
+__all__ = ["HUMAN_LABELS", "LABELLERS", "LabelSet", "LabelledItem", "bundled_labels", "load_labels"]

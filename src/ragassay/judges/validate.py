@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ragassay.errors import InputError
+from ragassay.errors import InputError, PinMismatchError
 from ragassay.judges.labels import LabelledItem, LabelSet
 
 SCALES = {
@@ -57,6 +57,13 @@ METRIC_KIND = {"faithfulness": "support", "citation_precision": "support", "cita
                "numeric_consistency": "support", "answer_relevance": "relevance", "correctness": "criterion",
                "nugget_v_strict": "nuggets", "nugget_v": "nuggets", "nugget_a_strict": "nuggets",
                "nugget_a": "nuggets"}
+# The scale of the decision each judge metric counts, which a validation record must be on to speak for it:
+# faithfulness and the citation metrics count supported claims only (binary), relevance and correctness give
+# half credit to the middle level (ordinal), the strict nugget scores count full support only.
+METRIC_SCALE = {"faithfulness": "binary", "citation_precision": "binary", "citation_recall": "binary",
+                "numeric_consistency": "binary", "answer_relevance": "ordinal", "correctness": "ordinal",
+                "nugget_v_strict": "binary", "nugget_v": "ordinal", "nugget_a_strict": "binary",
+                "nugget_a": "ordinal"}
 DEFAULT_RESAMPLES = 2_000
 _WORD = re.compile(r"(?u)\w+")
 
@@ -292,6 +299,11 @@ def validate_judgements(items: Sequence[LabelledItem], judged: Sequence[Judged],
             excluded[f"judge_{jd.outcome}"] += 1
         else:
             used.append((it, jd))
+    if not used:
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(excluded.items()))
+        raise InputError(f"no item could be compared: all {len(items)} were left out ({reasons}); a judge that "
+                         "answers none of the items cannot be validated (check the provider, the labels' "
+                         "cannot_tell share, or the judge config). Nothing was recorded")
     h = np.array([code[_TO[scale][it.label]] for it, _ in used], dtype=np.int64)
     j = np.array([code[_TO[scale][jd.label]] for _, jd in used], dtype=np.int64)
     top = len(classes) - 1
@@ -459,12 +471,17 @@ def clean(obj: Any) -> Any:
 
 def validation_record(pins: dict, labels: LabelSet, figures: dict, *, calls: dict | None = None,
                       kind: str = "support", cascade: dict | None = None) -> dict:
-    """The stored record of one validation: the judge pins, the label set version, n and every figure."""
+    """The stored record of one validation: the judge's full pins (model, rubric and prompt shas, settings),
+    the kind and scale, the label set's version and who labelled it, n and every figure."""
+    from ragassay.judges.config import judge_settings
+
     figures = clean(figures)
     return {
         "judge_model": pins["judge_model"], "rubric_sha": pins["rubric_sha"], "prompt_sha": pins["prompt_sha"],
-        "kind": kind, "metrics": covered_metrics(kind),
-        "label_set": labels.path, "label_set_version": labels.version, "n_items": len(labels),
+        "judge_settings": judge_settings(pins), "kind": kind, "scale": figures["scale"],
+        "metrics": covered_metrics(kind),
+        "label_set": labels.path, "label_set_version": labels.version, "labelled_by": labels.labelled_by(),
+        "n_items": len(labels),
         "n": figures["n"], "kappa": figures["kappa"]["value"], "kappa_low": figures["kappa"]["ci_low"],
         "kappa_high": figures["kappa"]["ci_high"], "agreement": figures["agreement"]["value"],
         "min_class_recall": figures["min_class_recall"], "passes_kappa": labels.passes_kappa(),
@@ -473,39 +490,130 @@ def validation_record(pins: dict, labels: LabelSet, figures: dict, *, calls: dic
     }
 
 
+def _num(x: Any) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def _interval(v: dict | None) -> str:
+    v = v or {}
+    val, lo, hi = _num(v.get("value")), _num(v.get("ci_low")), _num(v.get("ci_high"))
+    if val is None:
+        return "undefined"
+    return f"{val:.3f} [{'—' if lo is None else f'{lo:.3f}'}, {'—' if hi is None else f'{hi:.3f}'}]"
+
+
 @dataclass(frozen=True)
 class Floor:
-    """The policy floor a judge must meet before its metrics may decide a gate (spec §11.1)."""
+    """The floor a judge's validation record must meet before its metrics may decide a gate (spec §11.1):
+    on the intervals, not the points — the lower end of the kappa CI at least ``min_kappa`` and the lower end
+    of every class's recall CI at least ``min_class_recall`` — over at least ``min_items`` compared items with
+    at least ``min_per_class`` human labels in every class (the seed labels 100-200 items by hand; a class
+    of fewer than 10 items gives a recall interval too wide to rest a gate on; the seed's worked example has 12 failures in 100)."""
 
     min_kappa: float = 0.6
     min_class_recall: float = 0.5
+    min_per_class: int = 10
+    min_items: int = 100
 
     def check(self, record: dict | None) -> tuple[bool, str]:
+        """(meets, why): ``why`` names the record and the first rule it breaks, or every figure it meets."""
         if record is None:
             return False, "no validation record for these judge pins"
-        k, r = record.get("kappa"), record.get("min_class_recall")
-        where = f"validation {record.get('validation_id', '')} on {record.get('label_set_version', '')[:12]}"
-        if k is None or (isinstance(k, float) and math.isnan(k)):
-            return False, f"kappa undefined in {where}"
-        if k < self.min_kappa:
-            return False, f"kappa {k:.3f} < {self.min_kappa:g} ({where})"
-        if r is None or r < self.min_class_recall:
-            return False, f"a class recall {'undefined' if r is None else f'{r:.3f}'} < {self.min_class_recall:g} ({where})"
-        return True, f"kappa {k:.3f}, min class recall {r:.3f} ({where}, n={record.get('n')})"
+        where = (f"validation {record.get('validation_id') or '(unsaved)'}, {record.get('scale') or '?'} scale, "
+                 f"label set {str(record.get('label_set_version') or '')[:12]}, n={record.get('n')}")
+        fig = record.get("figures") or {}
+        per_class = fig.get("per_class") or []
+        n = record.get("n") or 0
+        if n < self.min_items:
+            return False, f"only {n} items compared, below the minimum of {self.min_items} ({where})"
+        small = [c for c in per_class if (c.get("support") or 0) < self.min_per_class]
+        if small or not per_class:
+            c = small[0] if small else {"label": "?", "support": 0}
+            return False, (f"class {c['label']} has {c['support']} labelled items, below the minimum of "
+                           f"{self.min_per_class} per class ({where})")
+        kappa = fig.get("kappa") or {"value": record.get("kappa"), "ci_low": record.get("kappa_low"),
+                                     "ci_high": record.get("kappa_high")}
+        lo = _num(kappa.get("ci_low"))
+        if lo is None:
+            return False, f"kappa {_interval(kappa)}: no interval ({where})"
+        if lo < self.min_kappa:
+            return False, f"kappa {_interval(kappa)}: lower bound {lo:.3f} < {self.min_kappa:g} ({where})"
+        for c in per_class:
+            r_lo = _num((c.get("recall") or {}).get("ci_low"))
+            if r_lo is None or r_lo < self.min_class_recall:
+                return False, (f"recall of class {c['label']} {_interval(c.get('recall'))}: lower bound "
+                               f"{'undefined' if r_lo is None else f'{r_lo:.3f}'} < {self.min_class_recall:g} "
+                               f"({where})")
+        return True, (f"kappa {_interval(kappa)} and every class recall at or above the floor at the lower bound "
+                      f"({where})")
 
-
-def judge_status(store, rec, metric: str, floor: Floor) -> tuple[str, str] | None:
-    """("validated" | "unvalidated", why) for a judge metric of run ``rec``; None if no judge scored it."""
-    judge = (rec.extra or {}).get("judge")
-    kind = METRIC_KIND.get(metric)
-    if not isinstance(judge, dict) or kind is None:
+    def label_set_problem(self, counts: dict[str, int]) -> str | None:
+        """Why a label set with these per-class counts (on the scale validated) cannot earn the floor, or None:
+        a single class makes kappa and one recall undefined; too few items in all or in a class cannot reach
+        the minimums whatever the judge does."""
+        present = {c: n for c, n in counts.items() if n > 0}
+        if len(present) < 2:
+            only = next(iter(present), None)
+            return (f"every compared label is {only!r}: a single-class label set gives no kappa and no recall "
+                    "for the other class" if only else "no item has a label that can be compared")
+        total = sum(counts.values())
+        if total < self.min_items:
+            return f"{total} labelled items can be compared, below the minimum of {self.min_items}"
+        small = [(c, n) for c, n in counts.items() if n < self.min_per_class]
+        if small:
+            return ", ".join(f"class {c} has {n} labelled item(s)" for c, n in small) + \
+                f", below the minimum of {self.min_per_class} per class"
         return None
+
+
+def label_counts(items: Sequence[LabelledItem], scale: str) -> dict[str, int]:
+    """Human labels per class of ``scale`` (cannot_tell left out)."""
+    out = dict.fromkeys(SCALES[scale], 0)
+    for it in items:
+        if it.label != "cannot_tell":
+            out[_TO[scale][it.label]] += 1
+    return out
+
+
+def matching_validation(store, judge: dict, metric: str, *, label_set_version: str | None = None
+                        ) -> tuple[dict | None, int]:
+    """The validation record that speaks for ``metric`` as judged under ``judge`` (a run's judge pins), and
+    how many records matched. A record matches on the judge's full pins (model, rubric sha, prompt sha and
+    settings), the metric's kind and its scale (:data:`METRIC_SCALE`), and ``label_set_version`` (a prefix)
+    when given. Of several, the one with the most compared items, the latest among equals: never merely the
+    latest, so a small re-validation cannot replace a large one, and a validation on another scale does not
+    count at all."""
+    from ragassay.judges.config import judge_settings
+
+    kind, scale = METRIC_KIND.get(metric), METRIC_SCALE.get(metric)
     records = store.judge_validations(judge_model=judge.get("judge_model"), rubric_sha=judge.get("rubric_sha"),
                                       prompt_sha=judge.get("prompt_sha"), kind=kind)
-    latest = records[-1] if records else None
-    ok, why = floor.check(latest)
+    settings = judge_settings(judge)
+    found = [r for r in records if (r.get("scale") or (r.get("figures") or {}).get("scale")) == scale
+             and r.get("judge_settings") == settings
+             and (label_set_version is None or str(r.get("label_set_version", "")).startswith(label_set_version))]
+    if not found:
+        return None, 0
+    return max(found, key=lambda r: (r.get("n") or 0, str(r.get("created_at")), r.get("validation_id") or "")), \
+        len(found)
+
+
+def judge_status(store, rec, metric: str, floor: Floor, *, label_set_version: str | None = None
+                 ) -> tuple[str, str] | None:
+    """("validated" | "unvalidated", why) for a judge metric of run ``rec``; None if no judge scored it. The
+    reason names the record used (:func:`matching_validation`) or says none matched."""
+    judge = (rec.extra or {}).get("judge")
+    if not isinstance(judge, dict) or METRIC_KIND.get(metric) is None:
+        return None
+    record, n_found = matching_validation(store, judge, metric, label_set_version=label_set_version)
     who = f"judge {judge.get('judge_model')} on run {rec.name}"
-    return ("validated" if ok else "unvalidated"), f"{who}: {why}"
+    if record is None:
+        pinned = f", label set {label_set_version}" if label_set_version else ""
+        return "unvalidated", (f"{who}: no validation record for its pins (model, rubric, prompt, settings) on the "
+                               f"{METRIC_SCALE[metric]} scale of the {METRIC_KIND[metric]} judgement{pinned}")
+    ok, why = floor.check(record)
+    others = f"; the largest of {n_found} matching records" if n_found > 1 else ""
+    return ("validated" if ok else "unvalidated"), f"{who}: {why}{others}"
 
 
 # ---------------------------------------------------------------------------------------------- pairwise
@@ -552,6 +660,7 @@ def validation_report_section(record: dict) -> dict:
     return {
         "judge_model": record.get("judge_model"), "rubric_sha": record.get("rubric_sha"),
         "label_set_version": record.get("label_set_version"), "n": record.get("n"),
+        "labelled_by": record.get("labelled_by") or "unstated", "judge_settings": record.get("judge_settings"),
         "n_items": record.get("n_items"), "excluded": f.get("excluded", {}), "scale": f.get("scale"),
         "kappa": f.get("kappa"), "agreement": f.get("agreement"), "min_class_recall": record.get("min_class_recall"),
         "passes_kappa": record.get("passes_kappa"),
@@ -568,8 +677,9 @@ def validation_report_section(record: dict) -> dict:
     }
 
 
-__all__ = ["DEFAULT_RESAMPLES", "METRIC_KIND", "SCALES", "Floor", "Judged", "agreement_figures",
+__all__ = ["DEFAULT_RESAMPLES", "METRIC_KIND", "METRIC_SCALE", "SCALES", "Floor", "Judged", "agreement_figures",
            "calibration_figures", "covered_metrics", "fit_split", "judge_llm", "judge_local", "judge_status",
+           "label_counts", "matching_validation",
            "position_swap", "rebaseline", "run_judge", "self_preference", "support_request", "validate_judgements",
            "validation_record", "validation_report_section", "validation_run", "verbosity_slope", "words"]
 
@@ -618,10 +728,27 @@ def rebaseline(store, runs: Sequence[tuple[Any, Sequence[Any]]], old_cfg, new_cf
     """Re-score archived answers with the old and the new judge and publish the offset per metric (spec §11.5):
     mean(new - old) over the (run, query, trial) pairs both define, with a percentile bootstrap CI over pairs.
 
-    ``runs`` is a list of (run record, judge items). The archived runs are not modified: the calls go to
-    a shadow run per (run, judge) in the store (source ``judge:rebaseline``), so a judge already used on the
-    run answers from the cache."""
+    ``runs`` is a list of (run record, judge items). Each run must have been judged by ``old_cfg`` (its stored
+    judge pins equal OLD's: model, rubric, prompt and settings), else the offset would not be the one that
+    run's history needs. The archived runs are not modified: the calls go to a shadow run per (run, judge) in
+    the store (source ``judge:rebaseline``), so a judge already used on the run answers from the cache.
+    Undefined values are counted per side: a pair both judges leave undefined counts on both."""
+    from ragassay.judges.config import judge_settings
+
     pins_old, pins_new = old_cfg.pins(), new_cfg.pins()
+    for rec, _ in runs:
+        was = (rec.extra or {}).get("judge")
+        if not isinstance(was, dict):
+            raise InputError(f"run {rec.name} was never judged: there is no old judge to rebaseline from; judge it "
+                             "with OLD first, or compare the judges on it with `ragassay judge validate`")
+        differ = [(k, was.get(k), pins_old[k]) for k in ("judge_model", "rubric_sha", "prompt_sha")
+                  if was.get(k) != pins_old[k]]
+        if judge_settings(was) != pins_old["settings"]:
+            differ.append(("settings", judge_settings(was), pins_old["settings"]))
+        if differ:
+            raise PinMismatchError(f"run {rec.name} was not judged by OLD: " + "; ".join(
+                f"{k} {a} on the run, {b} in OLD" for k, a, b in differ)
+                + ". Pass as OLD the judge config the run was judged with")
     pairs: dict[str, list[tuple[float, float]]] = {}
     undefined: Counter = Counter()
     per_run = []
@@ -638,7 +765,9 @@ def rebaseline(store, runs: Sequence[tuple[Any, Sequence[Any]]], old_cfg, new_cf
             for key, vo in old[m].items():
                 vn = new[m].get(key, math.nan)
                 if math.isnan(vo) or math.isnan(vn):
-                    undefined[(m, "old" if math.isnan(vo) else "new")] += 1
+                    undefined[(m, "old")] += math.isnan(vo)
+                    undefined[(m, "new")] += math.isnan(vn)
+                    undefined[(m, "both")] += math.isnan(vo) and math.isnan(vn)
                     continue
                 pairs.setdefault(m, []).append((vo, vn))
                 n_pairs += 1
@@ -652,6 +781,7 @@ def rebaseline(store, runs: Sequence[tuple[Any, Sequence[Any]]], old_cfg, new_cf
         ix = rng.integers(0, d.size, size=(n_resamples, d.size))
         metrics[m] = {"n": int(d.size), "mean_old": float(arr[:, 0].mean()), "mean_new": float(arr[:, 1].mean()),
                       "offset": _ci(float(d.mean()), d[ix].mean(axis=1), confidence),
-                      "undefined_old": undefined[(m, "old")], "undefined_new": undefined[(m, "new")]}
+                      "undefined_old": undefined[(m, "old")], "undefined_new": undefined[(m, "new")],
+                      "undefined_both": undefined[(m, "both")]}
     return {"old": pins_old, "new": pins_new, "runs": per_run, "metrics": metrics, "confidence": confidence,
             "n_resamples": n_resamples, "pairing": "(run, query_id, trial)"}

@@ -256,6 +256,11 @@ def ablation_view(a: object) -> dict | None:
                         "delta": fmt.signed(_n(placebo.get("delta"), "ablation.placebo.delta"))} if placebo else None}
 
 
+def _labeller(who: object) -> str:
+    """The heading of the label column: who gave the labels, from the label set (never assumed human)."""
+    return {"human": "human", "automated": "automated", "mixed": "labels (mixed)"}.get(str(who), "labels")
+
+
 def judge_validation_view(j: object) -> dict | None:
     """The judge validation (``ragassay.analysis.demo.judge_validation_section``): the floor verdict, kappa and
     per-class figures with intervals, the confusion matrix, reliability bins of P(bad) before and after
@@ -295,6 +300,9 @@ def judge_validation_view(j: object) -> dict | None:
         "meets_floor": bool(verdict.get("meets_floor")), "floor_detail": str(verdict.get("detail", "")),
         "min_kappa": fmt.num(_n(verdict.get("min_kappa"), f"{p}.verdict.min_kappa"), 2),
         "min_class_recall": fmt.num(_n(verdict.get("min_class_recall"), f"{p}.verdict.min_class_recall"), 2),
+        "min_items": fmt.num(_n(verdict.get("min_items"), f"{p}.verdict.min_items")),
+        "min_per_class": fmt.num(_n(verdict.get("min_per_class"), f"{p}.verdict.min_per_class")),
+        "labeller": _labeller(j.get("labelled_by")),
         "per_class": per_class, "classes": classes, "confusion": confusion, "reliability": reliability,
         "band": {"lo": fmt.num(_n(band.get("lo"), f"{p}.band.lo")), "hi": fmt.num(_n(band.get("hi"), f"{p}.band.hi")),
                  **{k: fmt.num(_n(rep.get(k), f"{p}.band.report.{k}"))

@@ -173,15 +173,16 @@ def _judge_validate(d: Mapping) -> dict:
     from ragassay.judges.validate import validation_report_section
 
     v = validation_report_section(dict(d))
+    who = {"human": "human", "automated": "automated", "mixed": "labels (mixed)"}.get(v["labelled_by"], "labels")
     tables = [
-        {"title": "Agreement with human labels", "columns": ["judge", "n", "figure", "value", "low", "high"],
+        {"title": f"Agreement with the {who} labels" if who != "labels" else "Agreement with the labels", "columns": ["judge", "n", "figure", "value", "low", "high"],
          "rows": [[v["judge_model"], v["n"], "kappa", *_ci(v["kappa"])],
                   [v["judge_model"], v["n"], "agreement", *_ci(v["agreement"])],
                   [v["judge_model"], v["n"], "min class recall", v["min_class_recall"], None, None]]},
         {"title": "Per class", "columns": ["class", "support", "predicted", "precision", "recall", "f1"],
          "rows": [[c.get("label"), c.get("support"), c.get("predicted"), _ci(c.get("precision"))[0],
                    _ci(c.get("recall"))[0], _ci(c.get("f1"))[0]] for c in v["per_class"]]},
-        {"title": "Confusion matrix (rows: human, columns: judge)", "columns": ["human", *v["classes"]],
+        {"title": f"Confusion matrix (rows: {who}, columns: judge)", "columns": [who, *v["classes"]],
          "rows": [[c, *row] for c, row in zip(v["classes"], v["confusion"], strict=True)]},
     ]
     rel = v["reliability"]
@@ -190,9 +191,15 @@ def _judge_validate(d: Mapping) -> dict:
                        "rows": [[p["mean_score"], p["frac_positive"], p["count"]] for p in rel["raw"]]})
     if v["cascade"]:
         tables.append(_records("Cascade", [v["cascade"]]))
-    notes = [f"passes the kappa floor: {'yes' if v['passes_kappa'] else 'no'}"]
-    if d.get("floor_detail"):
-        notes.append(str(d["floor_detail"]))
+    meets, detail = d.get("meets_default_floor"), d.get("floor_detail")
+    if not isinstance(meets, bool) or not detail:
+        from ragassay.judges.validate import Floor
+
+        meets, detail = Floor().check(dict(d))
+    notes = [f"meets the gate's default floor: {'yes' if meets else 'no'} ({detail})", f"labelled by: {v['labelled_by']}"]
+    if v.get("passes_kappa") is not None:
+        notes.append(f"the label set's two annotation passes agree at kappa {v['passes_kappa']:.3f} (the ceiling "
+                     "for any judge, not the judge's agreement)")
     return {"title": f"Judge validation: {v['judge_model']}", "tables": tables, "notes": notes}
 
 

@@ -50,6 +50,7 @@ from ragassay.store.schema import (
     JUDGE_CALLS_KEY,
     JUDGE_OUTCOMES,
     JUDGE_PAID_OUTCOMES,
+    JUDGE_VALIDATION_ADDED,
     JUDGE_VALIDATION_COLUMNS,
     JUDGE_VALIDATION_JSON,
     JUDGE_VALIDATIONS_DDL,
@@ -167,6 +168,7 @@ class Store:
         # A read-only open of a store written before judge_calls existed has no such table.
         self._judge_calls_present = True
         self._validations_present = True
+        self._validation_missing: set[str] = set()
         self._batches_present = True
         # Read-path memo for read-only stores (nothing can change under them): the report and analyses ask
         # for the same run and its metric names dozens of times, and at 100,000 queries each `metrics` is a
@@ -278,6 +280,17 @@ class Store:
                 self._validations_present = False
             else:
                 self._con.execute(JUDGE_VALIDATIONS_DDL)
+        else:
+            have = {r[0] for r in self._con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'judge_validations' "
+                "AND table_catalog = current_database() AND table_schema = 'main'").fetchall()}
+            for col, kind in JUDGE_VALIDATION_ADDED.items():
+                if col in have:
+                    continue
+                if self.read_only:
+                    self._validation_missing.add(col)
+                else:
+                    self._con.execute(f"ALTER TABLE judge_validations ADD COLUMN {col} {kind}")
         if "judge_batches" not in present:
             if self.read_only:
                 self._batches_present = False
@@ -977,7 +990,8 @@ class Store:
                 where.append(f"{col} = ?")
                 params.append(v)
         clause = f"WHERE {' AND '.join(where)} " if where else ""
-        rows = self._con.execute(f"SELECT {', '.join(JUDGE_VALIDATION_COLUMNS)} FROM judge_validations {clause}"
+        select = ", ".join(f"NULL AS {c}" if c in self._validation_missing else c for c in JUDGE_VALIDATION_COLUMNS)
+        rows = self._con.execute(f"SELECT {select} FROM judge_validations {clause}"
                                  "ORDER BY created_at, validation_id", params).fetchall()
         out = []
         for row in rows:

@@ -184,14 +184,21 @@ CREATE TABLE IF NOT EXISTS judge_validations (
     figures           JSON NOT NULL,
     calls             JSON,
     cascade           JSON,
-    created_at        TIMESTAMP NOT NULL
+    created_at        TIMESTAMP NOT NULL,
+    judge_settings    VARCHAR,
+    scale             VARCHAR,
+    labelled_by       VARCHAR
 );
 """
+# Columns added to judge_validations after it first shipped: added on the next writable open (NULL in older
+# records, which therefore match no judge's settings pin until validated again); read as NULL from an older
+# store opened read-only.
+JUDGE_VALIDATION_ADDED = {"judge_settings": "VARCHAR", "scale": "VARCHAR", "labelled_by": "VARCHAR"}
 
 JUDGE_VALIDATION_COLUMNS = (
     "validation_id", "judge_model", "rubric_sha", "prompt_sha", "kind", "metrics", "label_set",
     "label_set_version", "n_items", "n", "kappa", "kappa_low", "kappa_high", "agreement", "min_class_recall",
-    "passes_kappa", "figures", "calls", "cascade", "created_at",
+    "passes_kappa", "figures", "calls", "cascade", "created_at", "judge_settings", "scale", "labelled_by",
 )
 JUDGE_VALIDATION_JSON = ("metrics", "figures", "calls", "cascade")
 
