@@ -6,14 +6,15 @@ from ragassay.store import RunRecord, Store
 
 
 def make_run(store: Store, name: str, values: dict[str, np.ndarray], *, strata=None, config=None, trials=1,
-             latency=None, extra=None, qids=None) -> str:
-    """One row per (query, trial, metric); arrays have n_queries * trials entries, query-major."""
+             latency=None, extra=None, qids=None, **pins) -> str:
+    """One row per (query, trial, metric); arrays have n_queries * trials entries, query-major. ``pins``
+    override the run record's fields (dataset_version, judge_model, created_at, ...)."""
     total = len(next(iter(values.values())))
     n = total // trials
-    run_id = store.create_run(RunRecord(
-        name=name, dataset_version="ds@1", corpus_digest="sha256:c", metric_version="ragassay-metrics-1",
-        config=config or {"name": name}, hit_rule="any_overlap", gain="exp", relevance_threshold=2,
-        ties="given", trials=trials, n_queries=n, extra=extra or {}))
+    record = {"dataset_version": "ds@1", "corpus_digest": "sha256:c", "metric_version": "ragassay-metrics-1",
+              "hit_rule": "any_overlap", "gain": "exp", "relevance_threshold": 2, "ties": "given", **pins}
+    run_id = store.create_run(RunRecord(name=name, config=config or {"name": name}, trials=trials, n_queries=n,
+                                        extra=extra or {}, **record))
     qids = list(qids) if qids is not None else [f"q{i:03d}" for i in range(n)]
     strata = list(strata) if strata is not None else ["s1" if i % 2 else "s2" for i in range(n)]
     keys = [(qids[i], t) for i in range(n) for t in range(trials)]

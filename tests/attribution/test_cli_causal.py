@@ -46,7 +46,7 @@ def test_attacks_summary_and_bad_class(capsys):
 def test_hygiene_with_two_runs_rescored_on_retained(capsys, tmp_path, bundled):
     from ragassay.store import Store
 
-    _, golden, _, _ = bundled
+    _, golden, _, corpus = bundled
     ids = golden.query_ids
     n = len(ids)
     rng = np.random.default_rng(0)
@@ -55,7 +55,8 @@ def test_hygiene_with_two_runs_rescored_on_retained(capsys, tmp_path, bundled):
     db = tmp_path / "s.duckdb"
     with Store.open(db) as st:
         for name, v in (("sys", a), ("cand", b)):
-            rid = make_run(st, name, {"answer_f1": v, "recall@context": recall})
+            rid = make_run(st, name, {"answer_f1": v, "recall@context": recall},
+                           dataset_version=golden.dataset_version, corpus_digest=corpus.digest)
             st.connection.execute("UPDATE results SET query_id = 'x' || query_id WHERE run_id = ?", [rid])
     # make_run names queries q000...; map them to golden ids through a rewritten table
     with Store.open(db) as st:
@@ -67,14 +68,21 @@ def test_hygiene_with_two_runs_rescored_on_retained(capsys, tmp_path, bundled):
                               f"synthetic={excl}", "--resamples", "200", "--json"], capsys)
     assert code == 0, err
     got = json.loads(out)
+    # both runs are audited: bypass flags and the shortcut audit per run
     flagged = {ids[i] for i in range(n) if a[i] >= 0.5 and recall[i] == 0}
-    assert set(got["bypass"]["flagged_ids"]) == flagged
+    flagged_b = {ids[i] for i in range(n) if b[i] >= 0.5 and recall[i] == 0}
+    assert [x["run"] for x in got["bypass"]] == ["sys", "cand"]
+    assert set(got["bypass"][0]["flagged_ids"]) == flagged and set(got["bypass"][1]["flagged_ids"]) == flagged_b
+    assert {r["run"] for r in got["shortcut"]} == {"sys", "cand"}
     ex = got["exclusions"]
-    union = flagged | set(ids[:10])
+    assert ex["marginals"] == {"overlap": ex["marginals"]["overlap"], "synthetic": 10, "bypass:sys": len(flagged),
+                               "bypass:cand": len(flagged_b)}
+    union = flagged | flagged_b | set(ids[:10]) | set(got["overlap"]["question_vs_corpus"]["flagged_ids"])
     assert ex["union"] == len(union) and ex["retained"] == n - len(union)
     keep = np.array([q not in union for q in ids])
     retained = next(r for r in got["rescored"] if r["population"] == "retained")
     assert retained["delta"] == pytest.approx(float((b - a)[keep].mean()))
     assert {r["stratum"] for r in got["shortcut"]} >= {"all", "lexical"}
+    assert got["rebaselined"] is False and got["pin_differences"] == []
     code, _, err = run_cli(["analyze", "hygiene", "--exclude", "nofile"], capsys)
     assert code == 2 and "NAME=FILE" in err

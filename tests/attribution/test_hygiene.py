@@ -9,6 +9,7 @@ import pytest
 from tests.analysis.conftest import make_run
 
 from ragassay.analysis.hygiene import (
+    RunAudit,
     exclusion_bounds,
     exclusion_union,
     golden_overlap,
@@ -154,9 +155,12 @@ def test_retrieval_bypass_flags_correct_answers_without_delivered_evidence(store
     assert np.array_equal(got.flags, [1.0, 0.0, 0.0, np.nan], equal_nan=True)
     assert got.to_dict()["flagged_ids"] == ["q000"]
     assert got.counts()["s2"] == {"flagged": 1, "defined": 2, "undefined": 0}
-    section = hygiene_report_section(bypass=got, exclusions=exclusion_union(*spec_exclusion_sets()[::-1]))
+    audit = RunAudit(run, "r", "ds@1", np.array([1.0, 0.8, 0.1, np.nan]), got, None, 0)
+    section = hygiene_report_section(runs=[audit], exclusions=exclusion_union(*spec_exclusion_sets()[::-1]))
     json.dumps(section, allow_nan=False)
     assert section["exclusions"]["retained"] == 4700 and section["overlap"] is None
+    assert section["bypass"][0]["run"] == "r" and section["bypass"][0]["flagged_ids"] == ["q000"]
+    assert section["shortcut"] is None and section["rebaselined"] is False
 
 
 def test_keyword_baseline_runs_bm25_only(bundled):

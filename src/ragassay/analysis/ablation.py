@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from ragassay.analysis.compare import comparable_runs
 from ragassay.analysis.slicing import paired_scores
 from ragassay.errors import InputError, SchemaError
 from ragassay.stats import bootstrap_deltas, tost
@@ -141,8 +142,11 @@ def verdict(diffs, expect: str, *, margin: float, alpha: float, n_resamples: int
 
 
 def evaluate_ablation(store: Store, spec: AblationSpec, baseline: str, intervention: str, placebo: str | None, *,
-                      n_resamples: int = 2_000, seed: int = 0) -> dict:
-    """Verdicts for every declared expectation and for the placebo, over stored runs."""
+                      n_resamples: int = 2_000, seed: int = 0, rebaseline: bool = False) -> dict:
+    """Verdicts for every declared expectation and for the placebo, over stored runs (which must be comparable:
+    differing pins are refused unless ``rebaseline``, and then listed)."""
+    _, diffs = comparable_runs(store, [r for r in (baseline, intervention, placebo) if r], [spec.metric],
+                               rebaseline=rebaseline)
     qids, strata, a, b = paired_scores(store, baseline, intervention, spec.metric)
     strata = np.asarray([s if s is not None else "(none)" for s in strata], dtype=object)
     rows = []
@@ -163,6 +167,7 @@ def evaluate_ablation(store: Store, spec: AblationSpec, baseline: str, intervent
             for k, r in (("baseline", baseline), ("intervention", intervention), ("placebo", placebo)) if r}
     return {"name": spec.name, "metric": spec.metric, "margin": spec.margin, "alpha": spec.alpha,
             "intervention": spec.intervention, "placebo_change": spec.placebo, "runs": runs,
+            "rebaselined": bool(diffs), "pin_differences": diffs,
             "expectations": rows, "placebo": plac,
             "counts": {v: sum(r["verdict"] == v for r in rows) for v in ("confirmed", "contradicted", "inconclusive")}}
 

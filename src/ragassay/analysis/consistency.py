@@ -3,9 +3,12 @@ modal-answer fraction and distinct-pair agreement under a stated answer-clusteri
 
 Clustering rule ``normalized-exact`` (the default): two answers are the same when their SQuAD-normalized
 text is equal (lowercase, no punctuation, no articles, folded whitespace); an abstention is its own answer
-``<abstained>``, a refusal ``<refused>``, an error ``<error>``. Agreement is reported apart from correctness:
-identical wrong answers are perfectly consistent. One trial gives a modal fraction of 1, which is no
-evidence of stability, so the repeat count is always reported.
+``<abstained>``, a refusal ``<refused>``, an error ``<error>`` (as is a stored trial without a trace, as in
+scoring). Every trial is clustered, so answers (4 alike) and one refusal give modal fraction 4/5 = 0.8 and
+pair agreement (4*3)/(5*4) = 0.6. The pass rates count the trials whose correctness metric is defined (a
+refusal or error has no ``answer_f1``). Agreement is reported apart from correctness: identical wrong
+answers are perfectly consistent. One trial gives a modal fraction of 1, which is no evidence of
+stability, so the repeat count is always reported.
 """
 
 from __future__ import annotations
@@ -39,17 +42,24 @@ def consistency_of(passes: dict[str, list[bool]], answers: dict[str, list[str]] 
     """Per item and on average: pass@1, pass^k (all of the first k trials pass), its unbiased estimate,
     the per-item variance of the pass outcome and of the metric value, modal fraction and pair agreement.
 
-    ``passes`` maps item -> pass/fail per trial; ``answers`` item -> cluster key per trial (optional);
-    ``k`` defaults to the smallest trial count."""
-    items = sorted(passes)
+    ``passes`` maps item -> pass/fail per trial with a defined metric; ``answers`` item -> cluster key per
+    trial, every trial (optional). An item with answers but no defined pass (every trial refused, say) has
+    clusters and undefined (None) pass figures. ``k`` defaults to the smallest count of defined trials."""
+    scored = sorted(i for i in passes if passes[i])
+    items = sorted(set(scored) | {i for i in answers or {} if answers[i]})
     if not items:
         raise InputError("consistency needs at least one item with trials")
-    k = k or min(len(passes[i]) for i in items)
-    pk = pass_at_k([passes[i] for i in items], k)
+    k = k or min((len(passes[i]) for i in scored), default=1)
+    pk = pass_at_k([passes[i] for i in scored], k) if scored else None
+    at = {item: j for j, item in enumerate(scored)}
     rows = []
-    for j, item in enumerate(items):
-        row = {"item": item, "trials": int(pk.n_trials[j]), "pass@1": float(pk.pass_at_1[j]),
-               f"pass^{k}": _f(pk.pass_hat_k[j]), "pass_variance": _f(pk.variance[j])}
+    for item in items:
+        j = at.get(item)
+        if j is None:
+            row = {"item": item, "trials": 0, "pass@1": None, f"pass^{k}": None, "pass_variance": None}
+        else:
+            row = {"item": item, "trials": int(pk.n_trials[j]), "pass@1": float(pk.pass_at_1[j]),
+                   f"pass^{k}": _f(pk.pass_hat_k[j]), "pass_variance": _f(pk.variance[j])}
         if values is not None and item in values:
             v = np.asarray(values[item], dtype=float)
             v = v[~np.isnan(v)]
@@ -67,7 +77,7 @@ def consistency_of(passes: dict[str, list[bool]], answers: dict[str, list[str]] 
 
     summary = {"n_items": len(rows), "k": k, "pass@1": mean("pass@1"), f"pass^{k}": mean(f"pass^{k}"),
                f"pass^{k}_unbiased": _f(float(np.nanmean(pk.pass_hat_k_unbiased)))
-               if np.isfinite(pk.pass_hat_k_unbiased).any() else None,
+               if pk is not None and np.isfinite(pk.pass_hat_k_unbiased).any() else None,
                "mean_pass_variance": mean("pass_variance"), "mean_value_variance": mean("value_variance"),
                "modal_fraction": mean("modal_fraction"), "pair_agreement": mean("pair_agreement"),
                "n_high_variance": sum(1 for r in rows if (r.get("pass_variance") or 0) > 0)}
@@ -82,7 +92,8 @@ def _f(x) -> float | None:
 def consistency_of_run(store: Store, run_ref: str, *, correct: str = DEFAULT_CORRECT, traces=None,
                        k: int | None = None) -> dict:
     """Consistency of a stored run with several trials per query. ``traces`` (by (query, trial)) supply
-    the answers to cluster; without them only pass rates and variances are reported."""
+    the answers to cluster, one per stored trial whatever its outcome (a stored trial without a trace is
+    ``<error>``); without them only pass rates and variances are reported."""
     rule = CorrectRule.parse(correct)
     run = store.get_run(run_ref)
     if rule.metric not in store.metrics(run.run_id):
@@ -91,18 +102,22 @@ def consistency_of_run(store: Store, run_ref: str, *, correct: str = DEFAULT_COR
     passes: dict[str, list[bool]] = {}
     values: dict[str, list[float]] = {}
     answers: dict[str, list[str]] = {}
+    trials: dict[str, int] = {}
     for q, t, v in zip(w.query_ids, w.trials, w.values[:, 0], strict=True):
-        if np.isnan(v):
-            continue
-        passes.setdefault(q, []).append(bool(v >= rule.threshold))
-        values.setdefault(q, []).append(float(v))
+        trials[q] = trials.get(q, 0) + 1
         if traces:
+            # a refused or errored trial has no metric value but is still an answer of its own
             tr = traces.get((q, int(t)))
-            if tr is not None:
-                answers.setdefault(q, []).append(answer_key(tr.answer, tr.outcome))
-    if not passes:
+            answers.setdefault(q, []).append(answer_key(tr.answer, tr.outcome) if tr is not None else "<error>")
+        if not np.isnan(v):
+            passes.setdefault(q, []).append(bool(v >= rule.threshold))
+            values.setdefault(q, []).append(float(v))
+    if traces and not any((q, int(t)) in traces for q, t in zip(w.query_ids, w.trials, strict=True)):
+        raise InputError(f"the traces given hold none of run {run.name!r}'s stored (query, trial) keys; they are "
+                         f"another run's: give the traces this run was scored from")
+    if not passes and not answers:
         raise InputError(f"run {run.name!r} has no defined {rule.metric!r} value to assess")
-    n_trials = max(len(v) for v in passes.values())
+    n_trials = max(trials.values())
     res = consistency_of(passes, answers if traces else None, values, k)
     return {"run": {"run_id": run.run_id, "name": run.name}, "correct_rule": str(rule), "trials": n_trials,
             "answers_clustered": bool(traces), **res,

@@ -39,9 +39,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ragassay.analysis.compare import JUDGE_PINS, PINS, check_comparable, pin_differences
+from ragassay.analysis.compare import comparable_runs
 from ragassay.errors import InputError
-from ragassay.judges.validate import METRIC_KIND
 from ragassay.stats import bootstrap_deltas
 from ragassay.stats.bootstrap import resampled_sums
 from ragassay.store import Store
@@ -53,28 +52,6 @@ CONTEXT_RELEVANCE = ("context_relevance", "precision@5")
 SUPPORT = ("faithfulness", "support", "citation_validity")
 DEFAULT_RESAMPLES = 2_000
 _RULE = re.compile(r"^\s*([A-Za-z0-9_@.:\-]+)\s*>=\s*([-+0-9.eE]+)\s*$")
-
-
-def pins_for(metrics) -> tuple[str, ...]:
-    """The pins a figure over ``metrics`` rests on: every pin ``compare`` checks, less the judge pins when
-    none of the metrics is a judge metric (a judge change cannot move them)."""
-    if any(m in METRIC_KIND for m in metrics):
-        return PINS
-    return tuple(p for p in PINS if p not in JUDGE_PINS)
-
-
-def comparable_runs(store: Store, run_refs, metrics, *, rebaseline: bool = False) -> tuple[list, list[dict]]:
-    """(run records, pin differences) of runs an analysis pairs or pools: ``compare``'s one check
-    (``check_comparable``) over :func:`pins_for` ``metrics``, which raises ``PinMismatchError`` naming every
-    differing pin unless ``rebaseline``. Each difference is ``{pin, run_a, a, run_b, b}`` against the first
-    run; it is empty unless the runs were rebaselined."""
-    pins = pins_for(metrics)
-    recs = check_comparable(store, list(run_refs), pins=pins, rebaseline=rebaseline)
-    first = recs[0]
-    have = store.metrics(first.run_id)
-    diffs = [{"pin": p, "run_a": first.name, "a": a, "run_b": r.name, "b": b}
-             for r in recs[1:] for p, a, b in pin_differences(first, r, have, store.metrics(r.run_id), pins)]
-    return recs, diffs
 
 
 @dataclass(frozen=True)
@@ -368,11 +345,12 @@ def _paired(store: Store, run_a: str, run_b: str, rule: CorrectRule):
 
 def decomposition_between(store: Store, run_a: str, run_b: str, *, correct: str = DEFAULT_CORRECT,
                           by_stratum: bool = True, n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95,
-                          seed: int = 0) -> dict:
+                          seed: int = 0, rebaseline: bool = False) -> dict:
     """Paired change in accuracy from run A to run B split into delivery and use terms, overall and per
-    stratum, with both runs' own decompositions on the paired rows."""
+    stratum, with both runs' own decompositions on the paired rows. Runs with differing pins are refused
+    unless ``rebaseline`` (:func:`comparable_runs`)."""
     rule = CorrectRule.parse(correct)
-    ra, rb = store.get_run(run_a), store.get_run(run_b)
+    (ra, rb), diffs = comparable_runs(store, [run_a, run_b], [rule.metric, DELIVERY_METRIC], rebaseline=rebaseline)
     for r in (ra, rb):
         if rule.metric not in store.metrics(r.run_id):
             raise InputError(f"run {r.name!r} has no {rule.metric!r} rows; pick a correctness metric both runs "
@@ -388,7 +366,8 @@ def decomposition_between(store: Store, run_a: str, run_b: str, *, correct: str 
         rows.append({"stratum": name, "a": a, "b": b, "change": change})
     return {"run_a": {"run_id": ra.run_id, "name": ra.name}, "run_b": {"run_id": rb.run_id, "name": rb.name},
             "correct_rule": str(rule), "delivery_rule": f"{DELIVERY_METRIC}==1", "confidence": confidence,
-            "n_resamples": n_resamples, "seed": seed, "rows": rows}
+            "n_resamples": n_resamples, "seed": seed, "rebaselined": bool(diffs), "pin_differences": diffs,
+            "rows": rows}
 
 
 LADDER_METRICS = ("recall@fusion_depth", "ndcg@final_k", "recall@context")
@@ -400,21 +379,32 @@ def _is_oracle(run) -> bool:
 
 def oracle_ladder(store: Store, run_refs, *, correct: str = DEFAULT_CORRECT, oracle: str | None = None,
                   quality_bar: float = 0.5, recall_bar: float = 0.8, ndcg_bar: float = 0.5,
-                  n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95, seed: int = 0) -> dict:
+                  n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95, seed: int = 0,
+                  rebaseline: bool = False) -> dict:
     """The §8.4 ladder over stored runs: each rung's stage means with intervals, and the oracle-minus-pipeline
     gap in correctness with a paired interval.
 
-    The oracle rung is ``oracle`` or the one run whose config says ``oracle: true``. Verdict rules, in order:
+    The oracle rung is ``oracle`` (which must be an oracle-context run: its config says ``oracle: true``) or
+    the one run whose config says so. The rungs must be comparable (:func:`comparable_runs`; ``rebaseline``
+    lets differing pins through). Verdict rules, in order:
     oracle correctness CI entirely below ``quality_bar`` -> generation; no credible oracle gap for the best
     pipeline -> neither dominates; best pipeline's recall@fusion_depth below ``recall_bar`` -> candidate
     generation; its ndcg@final_k below ``ndcg_bar`` -> reranker or fusion depth; else context assembly or
     generation. The bars are declared options, recorded in the output.
     """
     rule = CorrectRule.parse(correct)
-    runs = [store.get_run(r) for r in run_refs]
+    refs = list(run_refs)
     if oracle is not None:
         orc = store.get_run(oracle)
-        runs = [r for r in runs if r.run_id != orc.run_id] + [orc]
+        if not _is_oracle(orc):
+            raise InputError(f"--oracle {oracle}: run {orc.name!r} is not an oracle-context run (its config does "
+                             f"not say oracle: true), so it cannot stand for the golden evidence handed to the "
+                             f"generator; make one with `ragassay run` on a config with `oracle: true` (the bundled "
+                             f"oracle.yaml), or leave --oracle out")
+        refs = [r for r in refs if store.get_run(r).run_id != orc.run_id] + [orc.run_id]
+    runs, diffs = comparable_runs(store, refs, [rule.metric, *LADDER_METRICS], rebaseline=rebaseline)
+    if oracle is not None:
+        orc = runs[-1]
     else:
         found = [r for r in runs if _is_oracle(r)]
         if len(found) > 1:
@@ -432,7 +422,7 @@ def oracle_ladder(store: Store, run_refs, *, correct: str = DEFAULT_CORRECT, ora
                       **{b.metric: _stat(b.delta, b.ci_low, b.ci_high, b.n) for b in boot}})
     out = {"correct_rule": str(rule), "bars": {"quality": quality_bar, "recall@fusion_depth": recall_bar,
                                                "ndcg@final_k": ndcg_bar},
-           "confidence": confidence, "rungs": rungs}
+           "confidence": confidence, "rebaselined": bool(diffs), "pin_differences": diffs, "rungs": rungs}
     pipes = [g for g in rungs if not g["oracle"] and g["correct"]["defined"]]
     if orc is None or not pipes:
         out["diagnosis"] = "no oracle rung (or no pipeline rung): cannot separate retrieval from generation"
@@ -477,9 +467,10 @@ def _gap(store: Store, oracle_id: str, pipe_id: str, rule: CorrectRule, n_resamp
 
 def decomposition_report_section(store: Store, run_refs, *, baseline: str | None = None,
                                  correct: str = DEFAULT_CORRECT, n_resamples: int = DEFAULT_RESAMPLES,
-                                 seed: int = 0) -> dict:
+                                 seed: int = 0, rebaseline: bool = False) -> dict:
     """Report data: each run's decomposition, each run's change from ``baseline`` (default: the first run),
-    and the oracle ladder. JSON-serializable (undefined values are None)."""
+    and the oracle ladder. JSON-serializable (undefined values are None). Runs with differing pins are
+    refused unless ``rebaseline``."""
     refs = list(run_refs)
     if not refs:
         raise InputError("decomposition_report_section needs at least one run")
@@ -487,6 +478,6 @@ def decomposition_report_section(store: Store, run_refs, *, baseline: str | None
     kw = {"correct": correct, "n_resamples": n_resamples, "seed": seed}
     return {"kind": "decomposition",
             "runs": [decomposition_of_run(store, r, **kw) for r in refs],
-            "changes": [decomposition_between(store, base, r, **kw) for r in refs
+            "changes": [decomposition_between(store, base, r, rebaseline=rebaseline, **kw) for r in refs
                         if store.get_run(r).run_id != store.get_run(base).run_id],
-            "ladder": oracle_ladder(store, refs, **kw)}
+            "ladder": oracle_ladder(store, refs, rebaseline=rebaseline, **kw)}

@@ -4,6 +4,10 @@ retrieval-bypass flags, item-level exclusion unions and re-scoring both systems 
 These are audit questions, not launch gates: an overlap flag is not proof of training exposure (and no
 flag is not proof of none), a strong keyword baseline is not proof that a stratum is invalid, and a
 retained-item score is a result on a different population, not a corrected full-set score.
+
+Stored runs (:func:`audit_runs`) are each audited (bypass flags and the shortcut audit per run). They must be
+comparable as ``compare`` demands and scored against the golden set and corpus given; a run none of whose
+query ids is a golden id is refused, and the other differences are refused unless ``rebaseline``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ragassay.errors import InputError
+from ragassay.analysis.compare import comparable_runs
+from ragassay.errors import InputError, PinMismatchError
 from ragassay.stats import bootstrap_deltas
 
 _WORD = re.compile(r"\w+")
@@ -269,6 +274,93 @@ def retrieval_bypass_from_store(store: Any, run: str, *, metric: str = "answer_f
                             strata=[str(s) for s in wide.strata[first]])
 
 
+# ------------------------------------------------------------------------------------------- stored runs
+@dataclass(frozen=True, eq=False)
+class RunAudit:
+    """One stored run's audit: its ``label`` (the run name, with the id when two audited runs share a name),
+    its first-trial ``scores`` per golden query id (NaN where it has none), its retrieval-bypass flags over its
+    golden queries, the shortcut audit (None when the metric has no keyword baseline) and
+    ``n_outside_golden``, its stored query ids that are not golden ids (not audited)."""
+
+    run_id: str
+    label: str
+    dataset_version: str | None
+    scores: np.ndarray
+    bypass: BypassResult
+    shortcut: tuple[ShortcutRow, ...] | None
+    n_outside_golden: int
+
+    def to_dict(self) -> dict:
+        return {"run": self.label, "run_id": self.run_id, "dataset_version": self.dataset_version,
+                "n_outside_golden": self.n_outside_golden, **self.bypass.to_dict()}
+
+
+def golden_scores(store: Any, run: str, metric: str, ids: Sequence[str]) -> np.ndarray:
+    """The run's first-trial value of ``metric`` per golden query id in ``ids`` (NaN where missing)."""
+    wide = store.results_wide(run, [metric])
+    first: dict[str, float] = {}
+    for q, v in zip(wide.query_ids.tolist(), wide.values[:, 0].tolist(), strict=True):
+        first.setdefault(q, v)
+    return np.array([first.get(q, np.nan) for q in ids], dtype=np.float64)
+
+
+def golden_differences(rec: Any, stored_ids: Iterable[str], golden: Any,
+                       corpus_digest: str | None) -> tuple[list[dict], int]:
+    """(pins of run ``rec`` that differ from the golden set and corpus given, count of its stored query ids
+    that are not golden ids). A run with no stored query id in the golden set raises ``InputError``: it was
+    scored against another golden set and there is nothing to audit."""
+    stored = set(stored_ids)
+    outside = len(stored - set(golden.query_ids))
+    if stored and outside == len(stored):
+        raise InputError(f"run {rec.name!r} was scored against golden set {rec.dataset_version!r}: none of its "
+                         f"{len(stored)} query ids is an id of the golden set given ({golden.dataset_version!r}); "
+                         f"pass the golden set it was scored with (--golden)")
+    given = {"dataset_version": golden.dataset_version, "corpus_digest": corpus_digest}
+    diffs = [{"pin": p, "run_a": "golden set given", "a": v, "run_b": rec.name, "b": getattr(rec, p)}
+             for p, v in given.items() if v is not None and getattr(rec, p) is not None and getattr(rec, p) != v]
+    return diffs, outside
+
+
+def audit_runs(store: Any, run_refs: Sequence[str], golden: Any, corpus: Any, *, metric: str = "answer_f1",
+               threshold: float = 0.5, margin: float = 0.05, n_resamples: int = 2000, seed: int = 0,
+               rebaseline: bool = False) -> tuple[list[RunAudit], list[dict]]:
+    """(one :class:`RunAudit` per run, the differing pins). The runs must be comparable with each other
+    (``compare.comparable_runs``) and scored against ``golden`` and ``corpus`` (dataset version,
+    corpus digest); differences raise ``PinMismatchError`` unless ``rebaseline``, and are then returned."""
+    recs, diffs = comparable_runs(store, run_refs, [metric, "recall@context"], rebaseline=rebaseline)
+    ids = list(golden.query_ids)
+    known = set(ids)
+    outside = {}
+    for rec in recs:
+        if metric not in store.metrics(rec.run_id):
+            raise InputError(f"run {rec.name!r} has no {metric!r} rows; pick a metric it has with --metric")
+        stored = store.results_wide(rec.run_id, [metric]).query_ids.tolist()
+        own, outside[rec.run_id] = golden_differences(rec, stored, golden, getattr(corpus, "digest", None))
+        if own and not rebaseline:
+            raise PinMismatchError(
+                f"run {rec.name!r} was not scored against the golden set and corpus given:\n"
+                + "\n".join(f"  {d['pin']}: {d['b']} (run {rec.name}) vs {d['a']} (given)" for d in own)
+                + "\npass the golden set and corpus it was scored with (--golden, --corpus), or --rebaseline to "
+                  "audit it anyway")
+        diffs += own
+    base = keyword_baseline_scores(corpus, golden, metric=metric) if metric in ("answer_f1", "answer_em") else None
+    strata = [q.stratum for q in golden.queries]
+    names = [r.name for r in recs]
+    audits = []
+    for rec in recs:
+        scores = golden_scores(store, rec.run_id, metric, ids)
+        full = retrieval_bypass_from_store(store, rec.run_id, metric=metric, threshold=threshold)
+        keep = np.fromiter((q in known for q in full.query_ids), dtype=bool, count=len(full.query_ids))
+        bypass = BypassResult(tuple(np.asarray(full.query_ids, dtype=object)[keep]),
+                              tuple(np.asarray(full.strata, dtype=object)[keep]), full.flags[keep], full.threshold)
+        shortcut = (shortcut_audit(scores, base, strata, margin=margin, n_resamples=n_resamples, seed=seed)
+                    if base is not None else None)
+        label = rec.name if names.count(rec.name) == 1 else f"{rec.name} ({rec.run_id[:10]})"
+        audits.append(RunAudit(rec.run_id, label, rec.dataset_version, scores, bypass, shortcut,
+                               outside[rec.run_id]))
+    return audits, diffs
+
+
 # ------------------------------------------------------------------------------------------- exclusions
 @dataclass(frozen=True)
 class ExclusionReport:
@@ -375,17 +467,24 @@ def rescore_retained(a, b, item_ids: Sequence[str], retained: Iterable[str], *, 
 
 # ---------------------------------------------------------------------------------------------- report
 def hygiene_report_section(*, overlap: Mapping[str, OverlapResult] | None = None,
-                           shortcut: Sequence[ShortcutRow] | None = None, bypass: BypassResult | None = None,
-                           exclusions: ExclusionReport | None = None,
-                           rescored: Sequence[Rescore] | None = None) -> dict:
-    """JSON-ready data for the hygiene report section; parts not computed are None (NaN -> None)."""
+                           runs: Sequence[RunAudit] | None = None, exclusions: ExclusionReport | None = None,
+                           rescored: Sequence[Rescore] | None = None,
+                           pin_differences: Sequence[Mapping] = ()) -> dict:
+    """JSON-ready data for the hygiene report section; parts not computed are None (NaN -> None).
+    ``shortcut`` holds every audited run's rows and ``bypass`` one entry per run, each naming its ``run``;
+    ``pin_differences`` lists what a rebaselined audit let through."""
     from ragassay.analysis.attribution import _nan_none
 
+    shortcut = None
+    if runs and any(a.shortcut is not None for a in runs):
+        shortcut = [{"run": a.label, **r.to_dict()} for a in runs for r in a.shortcut or ()]
     return _nan_none({
         "kind": "hygiene",
         "overlap": {k: v.to_dict() for k, v in overlap.items()} if overlap is not None else None,
-        "shortcut": [r.to_dict() for r in shortcut] if shortcut is not None else None,
-        "bypass": bypass.to_dict() if bypass is not None else None,
+        "shortcut": shortcut,
+        "bypass": [a.to_dict() for a in runs] if runs else None,
         "exclusions": exclusions.to_dict() if exclusions is not None else None,
         "rescored": [r.to_dict() for r in rescored] if rescored is not None else None,
+        "rebaselined": bool(pin_differences),
+        "pin_differences": [dict(d) for d in pin_differences],
     })

@@ -1200,7 +1200,9 @@ def analysis_sections(store, recs, golden: GoldenSet, traces: dict, comparisons=
     ``skip`` names sections the caller already has (the demo computes the decomposition for the terminal)."""
     out: dict = {"analysis_resamples": n_resamples}
     if not {"decomposition", "oracle_ladder"} <= set(skip):
-        dec = _decomposition(store, recs, n_resamples, seed, ladder="oracle_ladder" not in skip)
+        # the report compares runs with differing pins only when rebaselined (its comparisons list them)
+        dec = _decomposition(store, recs, n_resamples, seed, ladder="oracle_ladder" not in skip,
+                             rebaseline=any(c.pin_differences for c in comparisons))
         if dec is not None:
             ladder = dec.pop("ladder", None)
             if "decomposition" not in skip:
@@ -1216,7 +1218,8 @@ def analysis_sections(store, recs, golden: GoldenSet, traces: dict, comparisons=
     return out
 
 
-def _decomposition(store, recs, n_resamples: int, seed: int, *, ladder: bool = True) -> dict | None:
+def _decomposition(store, recs, n_resamples: int, seed: int, *, ladder: bool = True,
+                   rebaseline: bool = False) -> dict | None:
     from ragassay.analysis.decomposition import (
         DEFAULT_CORRECT,
         DELIVERY_METRIC,
@@ -1239,10 +1242,11 @@ def _decomposition(store, recs, n_resamples: int, seed: int, *, ladder: bool = T
            # per run overall only and without the stage columns (`ragassay analyze decomposition RUN` has
            # both): each costs a bootstrap, and the page shows neither
            "runs": [decomposition_of_run(store, r.run_id, by_stratum=False, stages=False, **kw) for r in ok],
-           "changes": [decomposition_between(store, base.run_id, r.run_id, **kw) for r in ok[1:]]}
+           "changes": [decomposition_between(store, base.run_id, r.run_id, rebaseline=rebaseline, **kw)
+                       for r in ok[1:]]}
     # The ladder's verdict needs an oracle-context rung; without one it could only say "undetermined".
     if ladder and any((r.config or {}).get("oracle") for r in ok) and len(ok) > 1:
-        out["ladder"] = oracle_ladder(store, [r.run_id for r in ok], **kw)
+        out["ladder"] = oracle_ladder(store, [r.run_id for r in ok], rebaseline=rebaseline, **kw)
     return out
 
 
@@ -1255,7 +1259,8 @@ def _slices(store, comparisons, golden: GoldenSet, n_resamples: int, seed: int) 
         metric = next((m for m in ("answer_f1", FOREST_METRIC) if m in shared), None)
         if metric is not None:
             out.append(slice_analysis(store, c.run_a.run_id, c.run_b.run_id, metric=metric, by=("stratum",),
-                                      golden=golden, n_resamples=n_resamples, seed=seed))
+                                      golden=golden, n_resamples=n_resamples, seed=seed,
+                                      rebaseline=bool(c.pin_differences)))
     return out
 
 

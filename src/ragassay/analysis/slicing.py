@@ -7,10 +7,17 @@ disjoint and exhaustive, so the identity holds for means of per-query scores; se
 averaged first, so each query weighs the same. Every slice delta has a paired bootstrap interval and a
 Benjamini-Hochberg adjusted p across the slices of one key.
 
-A slice key is *exploratory* unless a slices file declared it before both runs were made::
+A key whose value no paired query has (an unknown tag, ``created`` when no query has a date) is refused,
+with the values that do occur: it would be one slice holding every query.
+
+A slice key is *exploratory* unless a slices file declared it before both runs were made (``declared_at`` at
+or before the earlier run's ``created_at``; a run without ``created_at`` cannot show it)::
 
     declared_at: 2026-11-01T09:00:00
     slices: [stratum, tag:held_out]
+
+The two runs must be comparable as ``compare`` demands (``compare.comparable_runs``): differing pins
+are refused unless ``rebaseline``, and a rebaselined result lists them.
 
 Cases: the top gains, top losses, a seeded random sample, and every severe failure of run B, each with
 the two runs' traces side by side. Severe (named rule ``severe-v1``): B's trace is an error, B answered an
@@ -26,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ragassay.analysis.compare import comparable_runs
 from ragassay.errors import InputError
 from ragassay.golden import GOLDEN_FILE, GoldenSet, load_golden
 from ragassay.stats import adjust_pvalues, bootstrap_deltas, slice_decomposition
@@ -83,15 +91,43 @@ def slice_labels(golden: GoldenSet | None, query_ids, strata, by: str) -> np.nda
     elif by == "answerable":
         out = ["answerable" if q.answerable else "unanswerable" for q in qs]
     elif by in ("created", "created:month", "created:year"):
+        if not any(q.created for q in qs):
+            raise InputError(f"slice key {by!r}: none of the {len(qs)} paired queries has a `created` date, so it "
+                             f"would be one slice holding every query; {_values_text(qs)}")
         n = 4 if by == "created:year" else 7
         out = [(q.created or "(no date)")[:n] if q.created else "(no date)" for q in qs]
     elif by.startswith("tag:") and len(by) > 4:
         tag = by[4:]
+        if not any(tag in q.tags for q in qs):
+            raise InputError(f"slice key {by!r}: no paired query has the tag {tag!r}, so it would be one slice "
+                             f"holding every query; {_values_text(qs)}")
         out = [tag if tag in q.tags else f"not {tag}" for q in qs]
     else:
         raise InputError(f"unknown slice key {by!r}; use stratum, source, answerable, created, created:year or "
                          f"tag:NAME")
     return np.asarray(out, dtype=object)
+
+
+def _values_text(qs, most: int = 10) -> str:
+    """The ``most`` commonest tags (with query counts) and the other keys with values among ``qs``, for a
+    refused slice key."""
+    tags: dict[str, int] = {}
+    for q in qs:
+        for t in q.tags:
+            tags[t] = tags.get(t, 0) + 1
+    common = sorted(tags.items(), key=lambda tc: (-tc[1], tc[0]))
+    shown = ", ".join(f"tag:{t} ({c})" for t, c in common[:most]) if tags else "none (no query has a tag)"
+    if len(common) > most:
+        shown += f" and {len(common) - most} more"
+    keys = ["stratum", "source", "answerable"] + (["created", "created:year"] if any(q.created for q in qs) else [])
+    return f"tags present: {shown}; other keys: {', '.join(keys)}"
+
+
+def declared_before(declared_at: dt.datetime, runs) -> bool:
+    """True when ``declared_at`` is at or before every run's ``created_at`` (the earliest run's); False when
+    a run has no ``created_at``, since nothing then shows the key was declared before it."""
+    times = [r.created_at for r in runs]
+    return all(t is not None for t in times) and declared_at <= min(times)
 
 
 def _per_query(store: Store, run_ref: str, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -134,12 +170,13 @@ def read_declared(path: str | Path) -> tuple[dt.datetime, list[str]]:
 
 def slice_analysis(store: Store, run_a: str, run_b: str, *, metric: str = "answer_f1", by=("stratum",),
                    golden: GoldenSet | None = None, declared: tuple[dt.datetime, list[str]] | None = None,
-                   n_resamples: int = 2_000, confidence: float = 0.95, seed: int = 0) -> dict:
-    """The paired change in ``metric`` from A to B, split by each key in ``by`` into weight x slice delta."""
-    ra, rb = store.get_run(run_a), store.get_run(run_b)
+                   n_resamples: int = 2_000, confidence: float = 0.95, seed: int = 0,
+                   rebaseline: bool = False) -> dict:
+    """The paired change in ``metric`` from A to B, split by each key in ``by`` into weight x slice delta.
+    Runs with differing pins are refused unless ``rebaseline``."""
+    (ra, rb), diffs = comparable_runs(store, [run_a, run_b], [metric], rebaseline=rebaseline)
     qids, strata, a, b = paired_scores(store, ra.run_id, rb.run_id, metric)
-    latest = max(r.created_at for r in (ra, rb) if r.created_at is not None) if (ra.created_at or rb.created_at) \
-        else None
+    before_both = declared is not None and declared_before(declared[0], (ra, rb))
     keys = []
     for key in by:
         labels = slice_labels(golden, qids, strata, key)
@@ -156,7 +193,7 @@ def slice_analysis(store: Store, run_a: str, run_b: str, *, metric: str = "answe
         fin = ~np.isnan(pv)
         if fin.any():
             padj[fin] = adjust_pvalues(pv[fin], method="bh")
-        is_declared = bool(declared and key in declared[1] and latest is not None and declared[0] <= latest)
+        is_declared = before_both and key in declared[1]
         rows = []
         for s, r, p in zip(dec.slices, boot, padj, strict=True):
             rows.append({**s.to_dict(), "ci_low": r.ci_low, "ci_high": r.ci_high, "p_value": r.p_value,
@@ -165,7 +202,9 @@ def slice_analysis(store: Store, run_a: str, run_b: str, *, metric: str = "answe
                      "mean_a": dec.mean_a, "mean_b": dec.mean_b, "delta": dec.delta,
                      "sum_of_contributions": math.fsum(r["contribution"] for r in rows), "slices": rows})
     return {"run_a": {"run_id": ra.run_id, "name": ra.name}, "run_b": {"run_id": rb.run_id, "name": rb.name},
-            "metric": metric, "confidence": confidence, "n_resamples": n_resamples, "seed": seed, "keys": keys}
+            "metric": metric, "confidence": confidence, "n_resamples": n_resamples, "seed": seed,
+            "declared_at": declared[0].isoformat() if declared is not None else None,
+            "rebaselined": bool(diffs), "pin_differences": diffs, "keys": keys}
 
 
 def _trace_view(t: Trace | None) -> dict | None:
@@ -201,9 +240,10 @@ def _severe(store: Store, run_a: str, run_b: str, qids: np.ndarray, a: np.ndarra
 
 
 def export_cases(store: Store, run_a: str, run_b: str, *, metric: str = "answer_f1", golden: GoldenSet | None = None,
-                 n_top: int = 10, n_random: int = 10, seed: int = 0) -> dict:
-    """Top gains, top losses, a random sample and every severe failure, with both runs' first-trial traces."""
-    ra, rb = store.get_run(run_a), store.get_run(run_b)
+                 n_top: int = 10, n_random: int = 10, seed: int = 0, rebaseline: bool = False) -> dict:
+    """Top gains, top losses, a random sample and every severe failure, with both runs' first-trial traces.
+    Runs with differing pins are refused unless ``rebaseline``."""
+    (ra, rb), diffs = comparable_runs(store, [run_a, run_b], [metric], rebaseline=rebaseline)
     qids, strata, a, b = paired_scores(store, ra.run_id, rb.run_id, metric)
     ta, tb = run_traces(store, ra.run_id), run_traces(store, rb.run_id)
     d = b - a
@@ -230,6 +270,7 @@ def export_cases(store: Store, run_a: str, run_b: str, *, metric: str = "answer_
              + [case("random", i) for i in rand] + [case("severe", i) for i in severe])
     return {"run_a": {"run_id": ra.run_id, "name": ra.name}, "run_b": {"run_id": rb.run_id, "name": rb.name},
             "metric": metric, "severe_rule": SEVERE_RULE, "seed": seed, "traces_found": {"a": bool(ta), "b": bool(tb)},
+            "rebaselined": bool(diffs), "pin_differences": diffs,
             "counts": {"gain": len(gains), "loss": len(losses), "random": len(rand), "severe": len(severe)},
             "cases": cases}
 
@@ -267,10 +308,10 @@ def write_cases(export: dict, out: str | Path) -> Path:
 
 def slices_report_section(store: Store, run_a: str, run_b: str, *, metric: str = "answer_f1", by=("stratum",),
                           golden: GoldenSet | None = None, n_top: int = 10, n_random: int = 10,
-                          n_resamples: int = 2_000, seed: int = 0) -> dict:
+                          n_resamples: int = 2_000, seed: int = 0, rebaseline: bool = False) -> dict:
     """Report data: the slice table(s) and the case list for one comparison (JSON-serializable)."""
     return {"kind": "slices",
             "slices": slice_analysis(store, run_a, run_b, metric=metric, by=by, golden=golden,
-                                     n_resamples=n_resamples, seed=seed),
+                                     n_resamples=n_resamples, seed=seed, rebaseline=rebaseline),
             "cases": export_cases(store, run_a, run_b, metric=metric, golden=golden, n_top=n_top,
-                                  n_random=n_random, seed=seed)}
+                                  n_random=n_random, seed=seed, rebaseline=rebaseline)}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from ragassay.cli.common import console, esc, print_json
 from ragassay.errors import InputError
@@ -41,6 +42,8 @@ STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB result
 JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of the summary.")
 CORRECT_OPT = typer.Option("answer_f1>=0.5", "--correct", help="Correctness rule METRIC>=THRESHOLD.")
 RESAMPLES_OPT = typer.Option(2_000, "--resamples", help="Bootstrap resamples.")
+REBASELINE_OPT = typer.Option(False, "--rebaseline", help="Analyse runs whose pins differ (golden set, corpus, "
+                                                          "metric version, ...); the output names the pins.")
 
 
 def _v(x, signed: bool = False) -> str:
@@ -57,6 +60,14 @@ def _ci(s: dict, signed: bool = False) -> str:
     return f"{_v(s['value'], signed)} [{lo}, {hi}]"
 
 
+def print_rebaselined(diffs: list[dict]) -> None:
+    """One line naming every differing pin a rebaselined analysis let through (nothing when none)."""
+    if diffs:
+        console.print(Text("rebaselined: ", style="yellow") + Text("; ".join(
+            f"{d['pin']}: {'unset' if d['a'] is None else d['a']} ({d['run_a']}) → "
+            f"{'unset' if d['b'] is None else d['b']} ({d['run_b']})" for d in diffs)))
+
+
 def _open(store: Path):
     from ragassay.store import Store
 
@@ -69,20 +80,24 @@ def decomposition(
     run: str = typer.Argument(..., help="Run (id, prefix or name); the baseline when RUN_B is given."),
     run_b: str = typer.Argument(None, help="Second run: split the change from RUN to RUN_B."),
     correct: str = CORRECT_OPT, resamples: int = RESAMPLES_OPT, seed: int = typer.Option(0, "--seed"),
-    store: Path = STORE_OPT, json_out: bool = JSON_OPT,
+    rebaseline: bool = REBASELINE_OPT, store: Path = STORE_OPT, json_out: bool = JSON_OPT,
 ) -> None:
     from ragassay.analysis.decomposition import decomposition_between, decomposition_of_run
 
+    if rebaseline and run_b is None:
+        raise InputError("--rebaseline applies to two runs (RUN RUN_B); one run is compared with nothing")
     with _open(store) as st:
         if run_b is None:
             res = decomposition_of_run(st, run, correct=correct, n_resamples=resamples, seed=seed)
         else:
-            res = decomposition_between(st, run, run_b, correct=correct, n_resamples=resamples, seed=seed)
+            res = decomposition_between(st, run, run_b, correct=correct, n_resamples=resamples, seed=seed,
+                                        rebaseline=rebaseline)
     if json_out:
         print_json(res)
         return
     console.print(f"correct = {esc(res['correct_rule'])}; evidence delivered = {esc(res['delivery_rule'])}; "
                   f"{res['confidence']:.0%} bootstrap CIs")
+    print_rebaselined(res.get("pin_differences", []))
     t = Table(show_edge=False)
     if run_b is None:
         console.print(f"[bold]{esc(res['run']['name'])}[/]")
@@ -104,17 +119,19 @@ def decomposition(
 
 def ladder(
     runs: list[str] = typer.Argument(..., help="Runs to place on the ladder (one may be the oracle)."),
-    oracle: str = typer.Option(None, "--oracle", help="The oracle-context run (default: the run whose config "
-                                                       "says oracle: true)."),
-    correct: str = CORRECT_OPT, resamples: int = RESAMPLES_OPT, store: Path = STORE_OPT, json_out: bool = JSON_OPT,
+    oracle: str = typer.Option(None, "--oracle", help="The oracle-context run, which must be one (its config says "
+                                                       "oracle: true); default: the run whose config says so."),
+    correct: str = CORRECT_OPT, resamples: int = RESAMPLES_OPT, rebaseline: bool = REBASELINE_OPT,
+    store: Path = STORE_OPT, json_out: bool = JSON_OPT,
 ) -> None:
     from ragassay.analysis.decomposition import oracle_ladder
 
     with _open(store) as st:
-        res = oracle_ladder(st, runs, oracle=oracle, correct=correct, n_resamples=resamples)
+        res = oracle_ladder(st, runs, oracle=oracle, correct=correct, n_resamples=resamples, rebaseline=rebaseline)
     if json_out:
         print_json(res)
         return
+    print_rebaselined(res["pin_differences"])
     t = Table(show_edge=False)
     for c in ("run", "recall@fusion_depth", "ndcg@final_k", "recall@context", "correct"):
         t.add_column(c)
@@ -136,8 +153,8 @@ def slices(
     cases: Path = typer.Option(None, "--cases", help="Write the case export here (.md or .jsonl)."),
     top: int = typer.Option(10, "--top", help="Top gains and losses to export."),
     sample: int = typer.Option(10, "--random", help="Random cases to export."),
-    resamples: int = RESAMPLES_OPT, seed: int = typer.Option(0, "--seed"), store: Path = STORE_OPT,
-    json_out: bool = JSON_OPT,
+    resamples: int = RESAMPLES_OPT, seed: int = typer.Option(0, "--seed"), rebaseline: bool = REBASELINE_OPT,
+    store: Path = STORE_OPT, json_out: bool = JSON_OPT,
 ) -> None:
     from ragassay.analysis.slicing import (
         export_cases,
@@ -151,14 +168,16 @@ def slices(
         g = load_run_golden(st, run_b, golden) if golden else None
         dec = read_declared(declared) if declared else None
         res = slice_analysis(st, run_a, run_b, metric=metric, by=tuple(by or ("stratum",)), golden=g, declared=dec,
-                             n_resamples=resamples, seed=seed)
+                             n_resamples=resamples, seed=seed, rebaseline=rebaseline)
         if cases is not None:
-            ex = export_cases(st, run_a, run_b, metric=metric, golden=g, n_top=top, n_random=sample, seed=seed)
+            ex = export_cases(st, run_a, run_b, metric=metric, golden=g, n_top=top, n_random=sample, seed=seed,
+                              rebaseline=rebaseline)
             write_cases(ex, cases)
             res["cases"] = {"path": str(cases), "counts": ex["counts"]}
     if json_out:
         print_json(res)
         return
+    print_rebaselined(res["pin_differences"])
     for key in res["keys"]:
         flag = "exploratory" if key["exploratory"] else "declared"
         console.print(f"[bold]{esc(metric)}[/] by [bold]{esc(key['by'])}[/] ({flag}): "

@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from ragassay.cli.analyze import REBASELINE_OPT, print_rebaselined
 from ragassay.cli.common import console, esc, print_json
 from ragassay.errors import InputError
 
@@ -120,7 +121,7 @@ def attacks(
 
 def hygiene(
     run: str = typer.Argument(None, help="System run in the store: bypass flags and the shortcut audit."),
-    run_b: str = typer.Argument(None, help="Second run: re-score both runs on the retained items."),
+    run_b: str = typer.Argument(None, help="Second run: audited too, and both re-scored on the retained items."),
     golden: Path = GOLDEN_OPT, corpus: Path = CORPUS_OPT,
     dump: Path = typer.Option(None, "--training-dump", help="Also screen against this text collection "
                                                             "(folder or JSONL, like a corpus)."),
@@ -131,9 +132,11 @@ def hygiene(
     threshold: float = typer.Option(0.5, "--threshold", help="A correct answer scores at least this."),
     margin: float = typer.Option(0.05, "--margin", help="Practical gap for the keyword-baseline audit."),
     store: Path = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file."),
-    resamples: int = typer.Option(2000, "--resamples"), json_out: bool = JSON_OPT,
+    resamples: int = typer.Option(2000, "--resamples"), rebaseline: bool = REBASELINE_OPT,
+    json_out: bool = JSON_OPT,
 ) -> None:
-    """Overlap screen, keyword-baseline shortcut audit, retrieval bypass, exclusion union and re-score."""
+    """Overlap screen, keyword-baseline shortcut audit, retrieval bypass, exclusion union and re-score; every
+    run given is audited."""
     from ragassay.analysis import hygiene as hy
     from ragassay.analysis.runner import load_inputs
     from ragassay.corpus import load_corpus
@@ -156,62 +159,58 @@ def hygiene(
             sets[name] = {x.strip() for x in Path(file).read_text(encoding="utf-8").splitlines() if x.strip()}
         except OSError as e:
             raise InputError(f"--exclude {name}: cannot read {file}: {e.strerror}") from e
-    shortcut = bypass = rescored = score_b = None
+    if rebaseline and run is None:
+        raise InputError("--rebaseline lets stored runs with differing pins through; give the runs (RUN [RUN_B])")
+    audits: list = []
+    diffs: list[dict] = []
+    rescored = None
     if run is not None:
         from ragassay.store import Store
 
         if not store.exists():
             raise InputError(f"{store}: no results store here; run `ragassay run` first or pass --store")
         with Store.open(store, read_only=True) as st:
-            bypass = hy.retrieval_bypass_from_store(st, run, metric=metric, threshold=threshold)
-            sets["bypass"] = {q for q, f in zip(bypass.query_ids, bypass.flags.tolist(), strict=True) if f == 1}
-            score_a = _per_query(st, run, metric, ids)
-            score_b = _per_query(st, run_b, metric, ids) if run_b else None
-        base = hy.keyword_baseline_scores(c, g, metric=metric) if metric in ("answer_f1", "answer_em") else None
-        if base is not None:
-            strata = [q.stratum for q in g.queries]
-            shortcut = hy.shortcut_audit(score_a, base, strata, margin=margin, n_resamples=resamples)
+            audits, diffs = hy.audit_runs(st, [run] if run_b is None else [run, run_b], g, c, metric=metric,
+                                          threshold=threshold, margin=margin, n_resamples=resamples,
+                                          rebaseline=rebaseline)
+        for a in audits:
+            sets[f"bypass:{a.label}"] = {q for q, f in zip(a.bypass.query_ids, a.bypass.flags.tolist(), strict=True)
+                                         if f == 1}
     known = set(ids)
     unknown = sorted({q for v in sets.values() for q in v} - known)
     if unknown:
         raise InputError(f"{len(unknown)} excluded id(s) are not golden query ids (first: {unknown[0]!r}); "
                          f"list query ids of the golden set given")
     exclusions = hy.exclusion_union(sets, ids)
-    if run is not None and score_b is not None:
-        rescored = hy.rescore_retained(score_a, score_b, ids, exclusions.retained_ids, n_resamples=resamples)
-    section = hy.hygiene_report_section(overlap=overlap, shortcut=shortcut, bypass=bypass, exclusions=exclusions,
-                                        rescored=rescored)
+    if len(audits) == 2:
+        rescored = hy.rescore_retained(audits[0].scores, audits[1].scores, ids, exclusions.retained_ids,
+                                       n_resamples=resamples)
+    section = hy.hygiene_report_section(overlap=overlap, runs=audits, exclusions=exclusions, rescored=rescored,
+                                        pin_differences=diffs)
     if json_out:
         print_json(section)
         return
+    print_rebaselined(diffs)
     for name, r in overlap.items():
         console.print(f"{n}-gram overlap, {esc(name)}: {r.n_flagged} of {len(r.item_ids)} flagged")
-    if shortcut is not None:
-        t = Table(title="keyword baseline (BM25 + extractive) vs system", show_edge=False)
-        for col in ("stratum", "n", "system", "keyword", "gap", "95% CI", "verdict"):
-            t.add_column(col)
-        for r in shortcut:
-            t.add_row(esc(r.stratum), str(r.n), _v(r.system), _v(r.baseline), _v(r.gap, True),
-                      f"[{_v(r.ci_low, True)}, {_v(r.ci_high, True)}]", r.verdict)
-        console.print(t)
-    if bypass is not None:
-        tot = bypass.counts()["total"]
-        console.print(f"retrieval bypass: {tot['flagged']} of {tot['defined']} correct with no relevant evidence "
-                      f"delivered ({tot['undefined']} undefined)")
-    console.print(f"exclusions {exclusions.marginals}: union {exclusions.union}, retained {exclusions.retained} of "
+    for a in audits:
+        if a.shortcut is not None:
+            t = Table(title=f"keyword baseline (BM25 + extractive) vs {esc(a.label)}", show_edge=False)
+            for col in ("stratum", "n", "system", "keyword", "gap", "95% CI", "verdict"):
+                t.add_column(col)
+            for r in a.shortcut:
+                t.add_row(esc(r.stratum), str(r.n), _v(r.system), _v(r.baseline), _v(r.gap, True),
+                          f"[{_v(r.ci_low, True)}, {_v(r.ci_high, True)}]", r.verdict)
+            console.print(t)
+        tot = a.bypass.counts()["total"]
+        outside = f"; {a.n_outside_golden} stored queries not in the golden set, not audited" \
+            if a.n_outside_golden else ""
+        console.print(f"retrieval bypass, {esc(a.label)}: {tot['flagged']} of {tot['defined']} correct with no "
+                      f"relevant evidence delivered ({tot['undefined']} undefined){outside}")
+    console.print(f"exclusions {esc(exclusions.marginals)}: union {exclusions.union}, retained {exclusions.retained} of "
                   f"{exclusions.n_items} (marginals alone allow {exclusions.retained_bounds[0]}-"
                   f"{exclusions.retained_bounds[1]})")
     for r in rescored or []:
         console.print(f"  {r.population}: n={r.n}  A {_v(r.mean_a)}  B {_v(r.mean_b)}  Δ {_v(r.delta, True)} "
                       f"[{_v(r.ci_low, True)}, {_v(r.ci_high, True)}]")
 
-
-def _per_query(st, run: str, metric: str, ids: list[str]):
-    """The run's first-trial value of ``metric`` per golden query id (NaN where missing)."""
-    import numpy as np
-
-    wide = st.results_wide(run, [metric])
-    first = {}
-    for q, v in zip(wide.query_ids.tolist(), wide.values[:, 0].tolist(), strict=True):
-        first.setdefault(q, v)
-    return np.array([first.get(q, np.nan) for q in ids], dtype=np.float64)

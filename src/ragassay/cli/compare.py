@@ -247,6 +247,7 @@ def decomposition_for(st, comp, *, seed: int = 0) -> tuple[dict | None, str | No
         if missing:
             return None, f"run {run.name} has no {' or '.join(missing)} rows"
     return decomposition_between(st, comp.run_a.run_id, comp.run_b.run_id, by_stratum=False,
+                                 rebaseline=bool(comp.pin_differences),
                                  n_resamples=DECOMPOSITION_RESAMPLES, seed=seed), None
 
 

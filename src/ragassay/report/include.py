@@ -153,7 +153,7 @@ def _hygiene(d: Mapping) -> dict:
     if d.get("shortcut") is not None:
         tables.append(_records("Keyword-baseline shortcut audit", d["shortcut"]))
     if d.get("bypass") is not None:
-        tables.append(_records("Retrieval bypass", [d["bypass"]]))
+        tables.append(_records("Retrieval bypass", d["bypass"]))
     ex = d.get("exclusions")
     if ex:
         tables.append({"title": "Exclusions", "columns": ["items", "excluded (union)", "union bounds", "retained",
