@@ -55,6 +55,7 @@ def test_a_store_keyed_without_the_request_sha_moves_to_the_append_only_key(tmp_
     con.execute(old_ddl)
     con.execute("ALTER TABLE judge_calls ADD PRIMARY KEY (run_id, query_id, trial, item)")
     con.execute("INSERT INTO judge_calls SELECT * FROM jc")
+    con.execute("CREATE INDEX judge_calls_request_sha ON judge_calls (request_sha)")  # as the old DDL made it
     con.execute("DROP TABLE jc")
     con.close()
     with Store.open(path, read_only=True) as s:

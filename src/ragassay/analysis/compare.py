@@ -39,6 +39,12 @@ OPTIONAL_PINS = ("cutoffs", *JUDGE_PINS)
 # scoring's fallback when a run's config names no reranker.final_k (analysis/scoring.py `_final_k`)
 SCORING_DEFAULT_FINAL_K = 10
 DEFAULT_MIN_EFFECT = 0.02
+# metrics whose values are not confined to [0, 1]
+UNBOUNDED = frozenset({"context_tokens"})
+# the per-(query, trial) outcome indicators scoring stores (analysis/scoring.py): their paired change is part
+# of every comparison's coverage, and the gate's hard checks rest on it
+RATE_METRICS = ("error", "refused")
+ABSTAIN_METRICS = ("over_refusal", "abstention_recall")
 HEADLINE_METRICS = ("recall@fusion_depth", "recall@final_k", "ndcg@final_k", "recall@context", "answer_f1",
                     "abstention_recall", "over_refusal")
 
@@ -66,9 +72,25 @@ class CompareRow:
     verdict: str
     defined: bool = True
     reason: str | None = None
+    # coverage: paired (query, trial) keys, how many each side defines, and the pairs one side lost
+    n_pairs: int = 0
+    n_a_defined: int = 0
+    n_b_defined: int = 0
+    lost: int = 0          # defined for A (the baseline), undefined for B
+    gained: int = 0        # defined for B, undefined for A
+    missing: str = "excluded"   # "excluded": one-sided undefined pairs are left out; "worst": scored as worst
+    filled: int = 0        # one-sided undefined values scored as the worst value ("worst" only)
+
+    @property
+    def compared_share(self) -> float:
+        """Of the pairs the baseline defines, the share still compared (NaN when the baseline defines none)."""
+        return self.n / self.n_a_defined if self.n_a_defined else math.nan
 
     def to_dict(self) -> dict:
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
+        out = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
+        share = self.compared_share
+        out["compared_share"] = None if math.isnan(share) else share
+        return out
 
 
 @dataclass
@@ -84,6 +106,8 @@ class Comparison:
     delivered_tokens: tuple[float | None, float | None] = (None, None)
     # one entry per compared judge metric: {metric, status: validated | unvalidated, reasons}
     judge_validation: list[dict] = field(default_factory=list)
+    # golden items, paired keys, each side's outcome mix and the paired error / refusal rate rows
+    coverage: dict = field(default_factory=dict)
 
     def claim(self, row: CompareRow) -> str:
         """The claim sentence for one row, with the pins and tokens this comparison measured; a claim resting
@@ -112,6 +136,8 @@ class Comparison:
             "config_diff": [{"key": k, "a": a, "b": b} for k, a, b in self.config_diff],
             "claims": self.claims,
             "judge_validation": self.judge_validation,
+            "coverage": {**{k: v for k, v in self.coverage.items() if k != "rates"},
+                         "rates": [r.to_dict() for r in self.coverage.get("rates", [])]},
             "rows": [r.to_dict() for r in self.rows],
         }
 
@@ -222,6 +248,30 @@ def _verdict(delta: float, lo: float, hi: float, min_effect: float, higher: bool
     return "no credible change"
 
 
+def pins_for(metrics) -> tuple[str, ...]:
+    """The pins a figure over ``metrics`` rests on: every pin ``compare`` checks, less the judge pins when
+    none of the metrics is a judge metric (a judge change cannot move them)."""
+    from ragassay.judges.validate import METRIC_KIND
+
+    if any(m in METRIC_KIND for m in metrics):
+        return PINS
+    return tuple(p for p in PINS if p not in JUDGE_PINS)
+
+
+def comparable_runs(store, run_refs, metrics, *, rebaseline: bool = False) -> tuple[list, list[dict]]:
+    """(run records, pin differences) of runs an analysis pairs or pools: ``compare``'s one check
+    (``check_comparable``) over :func:`pins_for` ``metrics``, which raises ``PinMismatchError`` naming every
+    differing pin unless ``rebaseline``. Each difference is ``{pin, run_a, a, run_b, b}`` against the first
+    run; it is empty unless the runs were rebaselined."""
+    pins = pins_for(metrics)
+    recs = check_comparable(store, list(run_refs), pins=pins, rebaseline=rebaseline)
+    first = recs[0]
+    have = store.metrics(first.run_id)
+    diffs = [{"pin": p, "run_a": first.name, "a": a, "run_b": r.name, "b": b}
+             for r in recs[1:] for p, a, b in pin_differences(first, r, have, store.metrics(r.run_id), pins)]
+    return recs, diffs
+
+
 def check_min_effect(min_effect, *, source: str = "--min-effect") -> None:
     """A minimum meaningful effect is a finite number >= 0 (a dict gives one per metric)."""
     items = min_effect.items() if isinstance(min_effect, dict) else [(None, min_effect)]
@@ -239,16 +289,36 @@ def _check_settings(n_resamples: int, confidence: float) -> None:
         raise InputError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
 
 
+def worst_value(metric: str) -> float:
+    """The worst value of a metric bounded in [0, 1]: 0 when higher is better, 1 when lower is better."""
+    if metric in UNBOUNDED:
+        raise InputError(f"{metric}: missing-as-worst needs a bounded metric; {metric} has no worst value")
+    return 0.0 if higher_is_better(metric) else 1.0
+
+
 def compare_wide(a_ids, a_strata, a_values, b_ids, b_values, metrics, *, min_effect=DEFAULT_MIN_EFFECT,
-                 n_resamples=10_000, seed=0, confidence=0.95, strata=True) -> list[CompareRow]:
-    """Compare two runs given as wide matrices (rows keyed by (query_id, trial), one column per metric)."""
+                 n_resamples=10_000, seed=0, confidence=0.95, strata=True, missing_worst=()) -> list[CompareRow]:
+    """Compare two runs given as wide matrices (rows keyed by (query_id, trial), one column per metric).
+
+    A pair defined on one side only is left out of its metric and counted (``lost``: A defined, B not;
+    ``gained``: the reverse). For the metrics in ``missing_worst`` it is scored instead, the undefined side
+    taking the metric's worst value (:func:`worst_value`): a candidate that stops answering then pays for it."""
     index_b = {k: i for i, k in enumerate(b_ids)}
     common = [i for i, k in enumerate(a_ids) if k in index_b]
     if not common:
         raise InputError("the two runs share no (query_id, trial) pairs; compare runs of the same golden set")
     ia = np.asarray(common)
     ib = np.asarray([index_b[a_ids[i]] for i in common])
-    A, B = a_values[ia], b_values[ib]
+    A, B = a_values[ia].copy(), b_values[ib].copy()
+    da, db = ~np.isnan(A), ~np.isnan(B)
+    worst = set(missing_worst)
+    filled = np.zeros_like(da)
+    for j, m in enumerate(metrics):
+        if m in worst:
+            w = worst_value(m)
+            one_a, one_b = da[:, j] & ~db[:, j], db[:, j] & ~da[:, j]
+            B[one_a, j], A[one_b, j] = w, w
+            filled[:, j] = one_a | one_b
     qids = np.asarray([a_ids[i][0] for i in common], dtype=object)
     strat = np.asarray([a_strata[i] for i in common], dtype=object)
     clustered = len(set(qids.tolist())) < len(qids)
@@ -273,6 +343,7 @@ def compare_wide(a_ids, a_strata, a_values, b_ids, b_values, metrics, *, min_eff
                    else float(min_effect))
             higher = higher_is_better(m)
             both = ok
+            ga, gb = da[mask, j], db[mask, j]
             rows.append(CompareRow(
                 metric=m, stratum=stratum, n=md.n, n_excluded=md.n_excluded,
                 mean_a=float(np.mean(a[both, j])) if both.any() else float("nan"),
@@ -280,7 +351,9 @@ def compare_wide(a_ids, a_strata, a_values, b_ids, b_values, metrics, *, min_eff
                 delta=md.delta, ci_low=md.ci_low, ci_high=md.ci_high, p=md.p_value, p_adj=float("nan"),
                 wins=md.wins if higher else md.losses, losses=md.losses if higher else md.wins, ties=md.ties,
                 sigma_d=sd, mde=mde, min_effect=eff, higher_is_better=higher, verdict="",
-                defined=md.defined, reason=md.reason,
+                defined=md.defined, reason=md.reason, n_pairs=int(mask.sum()), n_a_defined=int(ga.sum()),
+                n_b_defined=int(gb.sum()), lost=int((ga & ~gb).sum()), gained=int((gb & ~ga).sum()),
+                missing="worst" if m in worst else "excluded", filled=int(filled[mask, j].sum()),
             ))
     # one BH family: the whole table; the verdict is decided only once the adjusted p is known
     adj = adjust_pvalues(np.asarray([r.p for r in rows], dtype=float), "bh")
@@ -352,9 +425,15 @@ def claim_sentence(row: CompareRow, run_a, run_b, diff: list[tuple[str, object, 
         parts.append("same pipeline config")
     changed = "; ".join(parts)
     scope = "" if row.stratum == "all" else f" on the {row.stratum} stratum"
+    lost = ""
+    if row.missing == "worst" and row.filled:
+        lost = f", {row.filled} pair(s) undefined on one side scored as the worst value"
+    elif row.lost or row.gained:
+        lost = (f", {row.lost} of the {row.n_a_defined} pairs A scored lost (undefined for B) and left out"
+                + (f", {row.gained} gained" if row.gained else ""))
     return (f"{row.metric}{_tokens_text(tokens, run_a, run_b)}{scope} went from {_fmt(row.mean_a)} to "
             f"{_fmt(row.mean_b)} ({_signed(row.delta)}, {confidence:.0%} paired-bootstrap CI "
-            f"[{_signed(row.ci_low)}, {_signed(row.ci_high)}], BH-adjusted p {_p_text(row.p_adj)}, n = {row.n}, "
+            f"[{_signed(row.ci_low)}, {_signed(row.ci_high)}], BH-adjusted p {_p_text(row.p_adj)}, n = {row.n}{lost}, "
             f"{row.wins} wins / {row.losses} losses / {row.ties} ties, "
             f"{_both(run_a.hit_rule, run_b.hit_rule)} hit rule, "
             f"dataset {_both(run_a.dataset_version, run_b.dataset_version)}; {changed}) — {row.verdict}.")
@@ -378,11 +457,17 @@ def delivered_tokens(store, run_id: str) -> float | None:
 
 def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFAULT_MIN_EFFECT,
                  n_resamples: int = 10_000, seed: int = 0, confidence: float = 0.95, rebaseline: bool = False,
-                 strata: bool = True, judge_floor=None, judge_label_set: str | None = None) -> Comparison:
+                 strata: bool = True, judge_floor=None, judge_label_set: str | None = None,
+                 missing_worst=()) -> Comparison:
     """Compare stored runs A (baseline) and B (candidate); refuses differing pins unless ``rebaseline``.
 
     Metrics measured at final_k are refused when the runs' final_k differ: asked for explicitly, that is an
     error; in the default "all shared metrics" they are left out and listed in ``Comparison.excluded``.
+
+    Coverage is part of the comparison: every row counts its pairs and those one side lost, and
+    ``Comparison.coverage`` holds the golden items, the paired keys, each side's outcome mix (answered,
+    abstained, refused, error) and the paired change in the error and refusal rates. ``missing_worst`` names
+    metrics whose one-sided undefined pairs are scored as the worst value instead of left out.
     """
     check_min_effect(min_effect)
     _check_settings(n_resamples, confidence)
@@ -416,24 +501,119 @@ def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFA
         wanted = [m for m in wanted if not depends_on_final_k(m)]
         if not wanted:
             raise InputError(f"runs {ra.name} and {rb.name} share only metrics measured at final_k; {why}")
-    qa, ta, sa, va = store.results_wide(ra.run_id, wanted)
-    qb, tb, _, vb = store.results_wide(rb.run_id, wanted)
+    worst = list(dict.fromkeys(missing_worst))
+    stray = [m for m in worst if m not in wanted]
+    if stray:
+        raise InputError(f"missing-as-worst names {', '.join(stray)}, which is not among the compared metrics")
+    for m in worst:
+        worst_value(m)
+    rates = [m for m in RATE_METRICS if m in set(ma) and m in set(mb)]
+    extra = [m for m in (*RATE_METRICS, *ABSTAIN_METRICS) if m not in wanted and m in set(ma) and m in set(mb)]
+    qa, ta, sa, va = store.results_wide(ra.run_id, wanted + extra)
+    qb, tb, _, vb = store.results_wide(rb.run_id, wanted + extra)
     a_ids = list(zip(qa, ta, strict=True))
     b_ids = list(zip(qb, tb, strict=True))
-    rows = compare_wide(a_ids, sa, va, b_ids, vb, wanted, min_effect=min_effect, n_resamples=n_resamples,
-                        seed=seed, confidence=confidence, strata=strata)
+    k = len(wanted)
+    rows = compare_wide(a_ids, sa, va[:, :k], b_ids, vb[:, :k], wanted, min_effect=min_effect,
+                        n_resamples=n_resamples, seed=seed, confidence=confidence, strata=strata,
+                        missing_worst=worst)
+    coverage = {"golden_items": {"a": ra.n_queries, "b": rb.n_queries},
+                "trials": {"a": ra.trials, "b": rb.trials},
+                "keys": {"a": len(a_ids), "b": len(b_ids), "paired": len(set(a_ids) & set(b_ids))},
+                "outcomes": {"a": outcome_mix(dict(zip(wanted + extra, va.T, strict=True))),
+                             "b": outcome_mix(dict(zip(wanted + extra, vb.T, strict=True)))},
+                "missing_worst": worst, "rates": []}
+    if rates:
+        cols = [(wanted + extra).index(m) for m in rates]
+        coverage["rates"] = compare_wide(a_ids, sa, va[:, cols], b_ids, vb[:, cols], rates, min_effect=0.0,
+                                         n_resamples=n_resamples, seed=seed, confidence=confidence, strata=False)
     diff = config_diff(ra.config, rb.config)
     settings = {"n_resamples": n_resamples, "seed": seed, "confidence": confidence, "multiplicity": "bh",
                 "min_effect": min_effect, "pairing": "(query_id, trial)",
                 "credible": "CI excludes 0 and BH-adjusted p < 1 - confidence"}
     comp = Comparison(ra, rb, rows, diff, [], pins, settings, excluded,
                       (delivered_tokens(store, ra.run_id), delivered_tokens(store, rb.run_id)))
+    comp.coverage = coverage
     comp.judge_validation = judge_validation(store, (ra, rb), wanted, judge_floor, label_set=judge_label_set)
     judged = {s["metric"] for s in comp.judge_validation}
     headline = [r for r in rows if r.stratum == "all" and (r.metric in HEADLINE_METRICS or r.metric in judged)
                 and r.defined]
-    comp.claims = [comp.claim(r) for r in headline]
+    comp.claims = [comp.claim(r) for r in headline] + coverage_claims(comp)
     return comp
+
+
+def coverage_lines(comp) -> list[str]:
+    """The coverage of a comparison in words: golden items, each side's outcome mix, the paired error and
+    refusal rates, and the pairs a side lost (the ``lost`` column: defined for A, undefined for B;
+    ``(+n)``: the reverse)."""
+    cov = comp.coverage
+    if not cov:
+        return []
+    gold = cov["golden_items"]
+    golden = f"{gold['a']}" if gold["a"] == gold["b"] else f"{gold['a']} (A) / {gold['b']} (B)"
+    lines = [f"coverage: {cov['keys']['paired']} paired (query, trial) of {golden} golden items"]
+    mixes = cov["outcomes"]
+    if mixes["a"] and mixes["b"]:
+        def mix(m):
+            return ", ".join(f"{k} {m[k]}" for k in ("answered", "abstained", "refused", "error"))
+        lines.append(f"  outcomes A: {mix(mixes['a'])} | B: {mix(mixes['b'])}")
+    for r in cov.get("rates", []):
+        name = "error rate" if r.metric == "error" else "refusal rate"
+        if not r.defined:
+            lines.append(f"  {name}: undefined ({r.reason})")
+            continue
+        lines.append(f"  {name} {_pct_text(r.mean_a)} → {_pct_text(r.mean_b)} (Δ {_signed(r.delta)} "
+                     f"[{_signed(r.ci_low)}, {_signed(r.ci_high)}], p(BH) {_p_text(r.p_adj)}): {r.verdict}")
+    lost = [r for r in comp.rows if r.stratum == "all" and r.lost and r.missing == "excluded"]
+    if lost:
+        lines.append("  pairs lost (defined for A, undefined for B, left out): "
+                     + "; ".join(f"{r.metric} {r.lost} of {r.n_a_defined}" for r in lost))
+    if cov.get("missing_worst"):
+        lines.append("  missing-as-worst: " + ", ".join(cov["missing_worst"]))
+    return lines
+
+
+def _pct_text(x) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1%}"
+
+
+def coverage_claims(comp: Comparison) -> list[str]:
+    """A claim for each credible change in the error or refusal rate: what the paired metrics cannot show,
+    since a lost answer leaves them undefined."""
+    out = []
+    mixes = comp.coverage.get("outcomes") or {}
+    for r in comp.coverage.get("rates", []):
+        if not r.defined or r.verdict.startswith(("no credible", "equivalent", "undefined")):
+            continue
+        what = "error" if r.metric == "error" else "refusal"
+        key = "error" if r.metric == "error" else "refused"
+        a, b = mixes.get("a"), mixes.get("b")
+        counts = f" ({a[key]} → {b[key]} of {b['n']} (query, trial) pairs)" if a and b else ""
+        out.append(f"{what} rate went from {r.mean_a:.1%} to {r.mean_b:.1%}{counts} ({_signed(r.delta)}, "
+                   f"{comp.settings.get('confidence', 0.95):.0%} paired-bootstrap CI [{_signed(r.ci_low)}, "
+                   f"{_signed(r.ci_high)}], BH-adjusted p {_p_text(r.p_adj)}) — {r.verdict}; metrics a lost "
+                   "answer leaves undefined are compared only on the pairs both runs scored.")
+    return out
+
+
+def outcome_mix(cols: dict[str, np.ndarray]) -> dict | None:
+    """How a run's (query, trial) pairs ended: answered, abstained, refused, error (a missing trace is an
+    error), from the indicators scoring stores (``error``, ``refused``; an abstention is ``over_refusal`` or
+    ``abstention_recall`` = 1). None for a run with no generation stage (no ``error`` rows)."""
+    if "error" not in cols:
+        return None
+    error = cols["error"] == 1
+    refused = (cols.get("refused", np.zeros(len(error))) == 1) & ~error
+    abst = np.zeros(len(error), dtype=bool)
+    for m in ABSTAIN_METRICS:
+        if m in cols:
+            abst |= cols[m] == 1
+    abst &= ~error & ~refused
+    n = len(error)
+    counts = {"answered": int(n - error.sum() - refused.sum() - abst.sum()), "abstained": int(abst.sum()),
+              "refused": int(refused.sum()), "error": int(error.sum())}
+    return {"n": n, **counts, "error_rate": counts["error"] / n if n else None,
+            "refused_rate": counts["refused"] / n if n else None}
 
 
 def judge_validation(store, runs, metrics, floor=None, *, label_set: str | None = None) -> list[dict]:

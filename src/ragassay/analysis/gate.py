@@ -20,6 +20,13 @@ every class recall CI >= 0.5, over at least 100 items and 10 per class; docs/jud
 its check is WARN with status ``unvalidated`` — it can neither PASS nor FAIL the build. The check names the
 record it used.
 
+Coverage is checked before any statistic is trusted (spec §14's hard gates): the candidate FAILS when its error
+rate or its refusal rate rises credibly (paired interval and BH-adjusted p, as for the metrics; allowed rise
+``max_error_rise`` / ``max_refusal_rise``, default 0), or when a gated metric compares less than
+``min_compared_share`` (default 90%) of the pairs the baseline scored — a pipeline that errors on half its
+questions is otherwise measured only on the half it answered. ``missing: worst`` on a metric scores a pair
+undefined on one side as that metric's worst value instead.
+
 Hard checks fail regardless of statistics: trace schema failures, retrieved units that failed validation
 against the corpus (either run), invalid citations, cost per query over budget, p95 latency over the SLO,
 judged fraction under a floor. A figure a run does not record is a WARN ("unknown"), never a PASS. The
@@ -31,6 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -52,12 +60,20 @@ _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 class MetricPolicy(BaseModel):
     model_config = _STRICT
     min_effect: float = Field(gt=0)
+    # "excluded": a pair undefined on one side is left out (and counted by the coverage checks);
+    # "worst": it is scored, the undefined side taking the metric's worst value (0, or 1 if lower is better)
+    missing: Literal["excluded", "worst"] = "excluded"
 
 
 class HardPolicy(BaseModel):
     model_config = _STRICT
     max_schema_failures: int | None = Field(default=0, ge=0)
     max_unit_failures: int | None = Field(default=0, ge=0)
+    # coverage (spec §14's hard gates): a credible rise in the candidate's error or refusal rate above these
+    # fails; so does a gated metric compared on less than this share of the pairs the baseline scored
+    max_error_rise: float | None = Field(default=0.0, ge=0, le=1)
+    max_refusal_rise: float | None = Field(default=0.0, ge=0, le=1)
+    min_compared_share: float | None = Field(default=0.9, gt=0, le=1)
     min_citation_validity: float | None = Field(default=1.0, ge=0, le=1)
     max_cost_per_query: float | None = Field(default=None, ge=0)
     max_p95_latency_ms: float | None = Field(default=None, gt=0)
@@ -249,6 +265,72 @@ def _failure_check(name: str, runs, limit: int | None, what: str, fix: str) -> C
     return Check(name, "hard", "PASS", f"{total} {what}; allowed {limit}", total, limit)
 
 
+def _pct(x: float | None) -> str:
+    return "undefined" if x is None or x != x else f"{x:.1%}"
+
+
+def coverage_checks(policy: HardPolicy, comp: Comparison, confidence: float = 0.95) -> list[Check]:
+    """The hard checks on coverage (spec §14): the candidate's error and refusal rates, paired on (query,
+    trial) with the metrics' rule for a credible change (the whole CI above zero and the BH-adjusted p below
+    1 - confidence, BH across the two rates), and the share of the baseline's scored pairs each gated metric
+    still compares. A missing trace counts as an error; a rate a run does not record is not applicable."""
+    checks: list[Check] = []
+    out = comp.coverage.get("outcomes") or {}
+    mix_a, mix_b = out.get("a"), out.get("b")
+    rates = {r.metric: r for r in comp.coverage.get("rates", [])}
+    alpha = 1 - confidence
+    for metric, limit, what in (("error", policy.max_error_rise, "errored"),
+                                ("refused", policy.max_refusal_rise, "was refused")):
+        if limit is None:
+            continue
+        name = "error_rate" if metric == "error" else "refusal_rate"
+        row = rates.get(metric)
+        if row is None or not row.defined:
+            checks.append(Check(name, "hard", "PASS", "not applicable: the runs record no generation outcomes"
+                                if row is None else f"no paired values to compare ({row.reason})", None, limit))
+            continue
+        key = "error" if metric == "error" else "refused"
+        counts = ""
+        if mix_a and mix_b:
+            counts = (f"; the candidate {what} on {mix_b[key]} of {mix_b['n']} questions, the baseline on "
+                      f"{mix_a[key]} of {mix_a['n']}")
+        text = (f"{name.replace('_', ' ')} {_pct(row.mean_a)} → {_pct(row.mean_b)} (Δ {row.delta:+.3f}, "
+                f"{confidence:.0%} CI [{row.ci_low:+.3f}, {row.ci_high:+.3f}], BH-adjusted p {_p_text(row.p_adj)}, "
+                f"n = {row.n}){counts}")
+        credible = row.ci_low > 0 and row.p_adj < alpha
+        if credible and row.delta > limit:
+            checks.append(Check(name, "hard", "FAIL", f"credible rise in the {text}; allowed rise {limit:g}",
+                                row.delta, limit))
+        else:
+            checks.append(Check(name, "hard", "PASS", f"no credible rise above {limit:g} in the {text}",
+                                row.delta, limit))
+    if policy.min_compared_share is not None:
+        floor = policy.min_compared_share
+        rows = [r for r in comp.rows if r.stratum == "all"]
+        parts, bad = [], []
+        for r in rows:
+            share = r.compared_share
+            golden = comp.coverage.get("golden_items", {}).get("b")
+            of_golden = f" ({r.n} of {golden} golden items)" if golden else ""
+            how = f", {r.filled} scored as worst" if r.missing == "worst" and r.filled else ""
+            part = (f"{r.metric}: {r.n} of the {r.n_a_defined} pairs the baseline scored"
+                    f"{of_golden}, {_pct(share)}; {r.lost} lost (undefined for the candidate){how}")
+            parts.append(part)
+            if share == share and share < floor:
+                bad.append(part)
+        if bad:
+            checks.append(Check("compared_pairs", "hard", "FAIL", "the comparison lost pairs: " + "; ".join(bad)
+                                + f"; each gated metric must compare at least {floor:.0%} of the baseline's pairs "
+                                "(a candidate that stops answering is not measured on the questions it lost; "
+                                "set `missing: worst` on a metric to score them as its worst value)",
+                                min(r.compared_share for r in rows if r.compared_share == r.compared_share), floor))
+        elif rows:
+            shares = [r.compared_share for r in rows if r.compared_share == r.compared_share]
+            checks.append(Check("compared_pairs", "hard", "PASS", "; ".join(parts) + f"; floor {floor:.0%}",
+                                min(shares) if shares else None, floor))
+    return checks
+
+
 def hard_checks(policy: HardPolicy, run, results, baseline=None) -> list[Check]:
     """Checks on the candidate run (``results`` is its result table, pyarrow); the unit-validation count is
     checked on the baseline too, since a bad unit corrupts either side of a comparison."""
@@ -339,7 +421,8 @@ def run_gate(store, base: str, cand: str, policy: GatePolicy, *, rebaseline: boo
     comp = compare_runs(store, base, cand, metrics=metrics, n_resamples=policy.n_resamples, seed=policy.seed,
                         confidence=policy.confidence, rebaseline=rebaseline, strata=False,
                         min_effect={m: p.min_effect for m, p in policy.metrics.items()},
-                        judge_floor=policy.judge.floor(), judge_label_set=policy.judge.label_set)
+                        judge_floor=policy.judge.floor(), judge_label_set=policy.judge.label_set,
+                        missing_worst=[m for m, p in policy.metrics.items() if p.missing == "worst"])
     checks = []
     status = {s["metric"]: s for s in comp.judge_validation}
     for m, pol in policy.metrics.items():
@@ -356,6 +439,7 @@ def run_gate(store, base: str, cand: str, policy: GatePolicy, *, rebaseline: boo
             check = Check(m, check.kind, check.verdict, f"{check.detail}; judge validated: "
                           f"{'; '.join(status[m]['reasons'])}", check.value, check.threshold, status="validated")
         checks.append(check)
+    checks += coverage_checks(policy.hard, comp, policy.confidence)
     checks += hard_checks(policy.hard, comp.run_b, store.results(comp.run_b.run_id), baseline=comp.run_a)
     verdict = max((c.verdict for c in checks), key=ORDER.__getitem__, default="PASS")
     notes = [f"rebaselined: {k} {a} (A) vs {b} (B)" for k, a, b in comp.pin_differences]

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ragassay.analysis.compare import DEFAULT_MIN_EFFECT, compare_runs
+from ragassay.analysis.compare import DEFAULT_MIN_EFFECT, compare_runs, coverage_lines
 from ragassay.analysis.gate import load_policy, run_gate
 from ragassay.cli.common import EXIT_FAIL, console, print_json, progress
 from ragassay.errors import InputError
@@ -81,13 +81,17 @@ def print_comparison(comp, *, all_strata: bool = True) -> None:
                       markup=False)
     else:
         console.print("config diff: none (identical configs)")
+    for line in coverage_lines(comp):
+        console.print(Text(line))
     t = Table(show_edge=False)
-    for c in ("metric", "stratum", "n", "A", "B", "Δ", "95% CI", "p", "p(BH)", "W/L/T", "σ_d", "MDE", "verdict"):
+    for c in ("metric", "stratum", "n", "lost", "A", "B", "Δ", "95% CI", "p", "p(BH)", "W/L/T", "σ_d", "MDE",
+              "verdict"):
         t.add_column(c, justify="left" if c in ("metric", "stratum", "verdict") else "right")
     rows = comp.rows if all_strata else [r for r in comp.rows if r.stratum == "all"]
     for r in rows:
         style = "green" if r.verdict == "improved" else "red" if r.verdict == "regressed" else None
-        cells = (r.metric, r.stratum, str(r.n), _f(r.mean_a), _f(r.mean_b), _f(r.delta, True),
+        lost = f"{r.filled} as worst" if r.missing == "worst" else f"{r.lost}" + (f" (+{r.gained})" if r.gained else "")
+        cells = (r.metric, r.stratum, str(r.n), lost, _f(r.mean_a), _f(r.mean_b), _f(r.delta, True),
                  f"[{_f(r.ci_low, True)}, {_f(r.ci_high, True)}]", _p(r.p), _p(r.p_adj),
                  f"{r.wins}/{r.losses}/{r.ties}", _f(r.sigma_d), _f(r.mde), r.verdict)
         t.add_row(*(Text(c) for c in cells), style=style)
@@ -109,6 +113,10 @@ def compare(
     seed: int = typer.Option(0, "--seed"),
     overall_only: bool = typer.Option(False, "--overall-only", help="Skip the per-stratum rows."),
     rebaseline: bool = typer.Option(False, "--rebaseline", help="Compare despite differing pins."),
+    missing_worst: list[str] = typer.Option(
+        None, "--missing-as-worst", metavar="METRIC",
+        help="Score a pair this metric leaves undefined on one side (a lost answer) as the metric's worst value "
+             "instead of leaving it out. Repeatable."),
     test: str = typer.Option(
         "bootstrap", "--test",
         help="Also run this paired test on every row, BH-adjusted across the table: wilcoxon (signed-rank), "
@@ -138,7 +146,8 @@ def compare(
     with source as st, progress(enabled=not json_out and fmt == "text") as bar:
         bar.add_task(f"{resamples:,} paired resamples", total=None)
         comp = compare_runs(st, run_a, run_b, metrics=wanted, min_effect=effect,
-                            n_resamples=resamples, seed=seed, rebaseline=rebaseline, strata=not overall_only)
+                            n_resamples=resamples, seed=seed, rebaseline=rebaseline, strata=not overall_only,
+                            missing_worst=[canonical_name(m) for m in missing_worst or ()])
         split, skipped = decomposition_for(st, comp, seed=seed)
         extra = alternative_tests(st, comp, test, seed=seed) if test != "bootstrap" else []
     if json_out:

@@ -129,36 +129,46 @@ def _stochastic(config) -> bool:
 def judge_checks(path: Path, runs) -> list[Check]:
     """Stored judge metrics whose judge does not meet the gate's floor (§11.1): one line per judge, saying
     whether it was never validated or was validated and fell short, on which labels, and what that means."""
-    from ragassay.judges.validate import METRIC_KIND, Floor, judge_status
+    from ragassay.judges.config import judge_settings
+    from ragassay.judges.validate import METRIC_KIND, METRIC_SCALE, Floor, matching_validation
     from ragassay.store import Store
 
     floor = Floor()
-    # (judge model, rubric, prompt, kind) -> the metrics and runs it scored, and whether it is validated
+    # (judge model, rubric, prompt, settings, kind, scale) -> the metrics and runs it scored, the record the
+    # gate would use for them (validate.matching_validation) and whether that record meets the floor
     judges: dict[tuple, dict] = {}
     with Store.open(path, read_only=True) as st:
         for rec in runs:
+            pins = (rec.extra or {}).get("judge")
+            if not isinstance(pins, dict):
+                continue
             for m in st.metrics(rec.run_id):
-                found = judge_status(st, rec, m, floor)
-                if found is None:
+                if m not in METRIC_KIND:
                     continue
-                pins = rec.extra["judge"]
-                key = (pins.get("judge_model"), pins.get("rubric_sha"), pins.get("prompt_sha"), METRIC_KIND[m])
-                j = judges.setdefault(key, {"metrics": set(), "runs": [], "ok": found[0] == "validated"})
+                key = (pins.get("judge_model"), pins.get("rubric_sha"), pins.get("prompt_sha"),
+                       judge_settings(pins), METRIC_KIND[m], METRIC_SCALE[m])
+                if key not in judges:
+                    record, _ = matching_validation(st, pins, m)
+                    judges[key] = {"metrics": set(), "runs": [], "record": record,
+                                   "ok": floor.check(record)[0]}
+                j = judges[key]
                 j["metrics"].add(m)
                 if rec.name not in j["runs"]:
                     j["runs"].append(rec.name)
-        for (model, rubric, prompt, kind), j in judges.items():
-            if not j["ok"]:
-                records = st.judge_validations(judge_model=model, rubric_sha=rubric, prompt_sha=prompt, kind=kind)
-                j["record"] = records[-1] if records else None
     if not judges:
         return []
     short = [(key, j) for key, j in judges.items() if not j["ok"]]
     if not short:
         n = sum(len(j["metrics"]) * len(j["runs"]) for j in judges.values())
         return [Check("judges", "PASS", f"{n} judge metric(s) over {len(judges)} judge(s), every judge meets the "
-                      f"floor (kappa >= {floor.min_kappa:g}, every class recall >= {floor.min_class_recall:g})")]
+                      f"floor ({_floor_text(floor)})")]
     return [_judge_warning(key[0], j, floor) for key, j in short]
+
+
+def _floor_text(floor) -> str:
+    return (f"at the lower end of each 95% interval kappa >= {floor.min_kappa:g} and every class recall >= "
+            f"{floor.min_class_recall:g}, over at least {floor.min_items} items and {floor.min_per_class} per "
+            "class")
 
 
 def _judge_warning(model: str, j: dict, floor) -> Check:
@@ -166,18 +176,13 @@ def _judge_warning(model: str, j: dict, floor) -> Check:
     runs = j["runs"]
     scored = (f"{', '.join(sorted(j['metrics']))} on {len(runs)} run(s) ({', '.join(runs[:4])}"
               f"{', ...' if len(runs) > 4 else ''}) were scored by judge {model}")
-    bar = (f"the gate's floor is kappa >= {floor.min_kappa:g} with every class recall >= "
-           f"{floor.min_class_recall:g}; the spec's target is 0.7")
+    bar = f"the gate's floor: {_floor_text(floor)}; the spec's target kappa is 0.7"
     consequence = "until then these metrics can neither PASS nor FAIL a gate (WARN [unvalidated])"
     rec = j["record"]
     if rec is None:
         return Check("judges", "WARN", f"{scored}, which has no validation record for these pins (§11.1)",
                      f"ragassay judge validate --judge JUDGE.yaml --labels LABELS.jsonl ({bar}); {consequence}")
     _, why = floor.check(rec)
-    k, lo, hi = rec.get("kappa"), rec.get("kappa_low"), rec.get("kappa_high")
-    if k is not None and k == k and k < floor.min_kappa:
-        ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
-        why = f"kappa {k:.3f}{ci} < {floor.min_kappa:g}"
     labels = ("the bundled calibration set, labelled by two blind automated annotators, not people"
               if rec.get("label_set_version") == _bundled_label_version() else f"label set {rec.get('label_set')}")
     return Check("judges", "WARN",

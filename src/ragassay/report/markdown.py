@@ -47,12 +47,19 @@ def comparison_markdown(comp, *, all_strata: bool = False, gate=None) -> str:
     if comp.claims:
         out += [f"- {md_escape(c)}" for c in comp.claims]
         out.append("")
-    out.append("| metric | stratum | n | A | B | Δ | CI | W/L/T | verdict |")
-    out.append("|---|---|---:|---:|---:|---:|---|---:|---|")
+    from ragassay.analysis.compare import coverage_lines
+
+    cover = coverage_lines(comp)
+    if cover:
+        out += [f"- {md_escape(line.strip())}" for line in cover]
+        out.append("")
+    out.append("| metric | stratum | n | lost | A | B | Δ | CI | W/L/T | verdict |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---|---:|---|")
     for r in comp.rows:
         if not all_strata and r.stratum != "all":
             continue
-        out.append(f"| {md_escape(r.metric)} | {md_escape(r.stratum)} | {r.n} | {_num(r.mean_a)} | "
+        lost = f"{r.filled} as worst" if r.missing == "worst" else str(r.lost)
+        out.append(f"| {md_escape(r.metric)} | {md_escape(r.stratum)} | {r.n} | {lost} | {_num(r.mean_a)} | "
                    f"{_num(r.mean_b)} | {_num(r.delta, True)} | [{_num(r.ci_low, True)}, {_num(r.ci_high, True)}] "
                    f"| {r.wins}/{r.losses}/{r.ties} | {_MARK.get(r.verdict, md_escape(r.verdict))} |")
     if comp.excluded:

@@ -307,8 +307,8 @@ class Store:
         cols = ", ".join(JUDGE_CALL_COLUMNS)
         self._con.execute("BEGIN TRANSACTION")
         try:
-            self._con.execute("ALTER TABLE judge_calls RENAME TO judge_calls_before_sha_key")
             self._con.execute("DROP INDEX IF EXISTS judge_calls_request_sha")
+            self._con.execute("ALTER TABLE judge_calls RENAME TO judge_calls_before_sha_key")
             self._con.execute(JUDGE_CALLS_DDL)
             self._con.execute(f"INSERT INTO judge_calls ({cols}) SELECT {cols} FROM judge_calls_before_sha_key")
             self._con.execute("DROP TABLE judge_calls_before_sha_key")
