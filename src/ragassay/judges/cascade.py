@@ -11,6 +11,9 @@ cascade; kappa(cascade) - kappa(tier 2) (the cascade should stay within noise of
 escalated; and the cost and latency saved against running tier 2 on everything,
 1 - sum(c1 + escalated * c2) / sum(c2). A saving is undefined when tier 2 costs nothing (or its latency was
 not measured) on these items.
+
+A scored run is routed through a cascade named in its judge config by :mod:`ragassay.judges.routing`, with
+the same P(bad); its band applies to the raw P(bad), not to the isotonic recalibration picked here.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ragassay.judges.labels import LabelledItem
+from ragassay.judges.routing import p_bad
 from ragassay.judges.validate import (
     DEFAULT_RESAMPLES,
     Judged,
@@ -64,7 +68,7 @@ def cascade_figures(items: Sequence[LabelledItem], tier1: Sequence[Judged], tier
     ids = [items[k].item_id for k in usable]
     fit = fit_split(ids)
     h = np.array([_binary(items[k].label) for k in usable])
-    p = np.clip(1.0 - np.array([tier1[k].score for k in usable]), 0.0, 1.0)
+    p = np.array([p_bad(tier1[k].score) for k in usable])
     y = 1 - h
     if len(np.unique(y[fit])) < 2 or (~fit).sum() < 2:
         out["undefined"] = "the fit split needs both classes and the report split at least 2 items"

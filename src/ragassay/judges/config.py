@@ -16,6 +16,9 @@ prices:                     # USD per million tokens
   gpt-5-mini: {input: 0.25, output: 2.0, cached_input: 0.025, batch_input: 0.125, batch_output: 1.0}
 mode: sync                  # batch: the provider's batch API at batch prices (needs batch_input/batch_output)
 batch: {poll_interval_s: 30, max_poll_interval_s: 300, max_wait_s: 3600}
+cascade:                    # optional: this judge becomes tier 2 of a cascade for faithfulness and citations
+  tier1: {model: lexical, threshold: 0.7}   # a local judge that emits a score (lexical | embedding)
+  band: {lo: 0.2, hi: 0.8}  # on tier 1's P(bad) = 1 - score: < lo auto-pass, > hi auto-fail, else tier 2
 ```
 """
 
@@ -24,7 +27,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ragassay.errors import InputError
 from ragassay.judges.metrics import DEFAULT_CRITERIA, METRICS, Criterion, suite_pins
@@ -56,6 +67,83 @@ class BatchConfig(_Strict):
     max_wait_s: float = Field(default=3600.0, gt=0, le=7 * 86400)
 
 
+class CascadeTier1Config(_Strict):
+    """Tier 1 of a cascade: a local judge, because the band routes on its score."""
+
+    provider: str = "local"
+    model: str
+    threshold: float | None = Field(default=None, ge=-1, le=1)
+
+    @field_validator("provider")
+    @classmethod
+    def _local(cls, v: str) -> str:
+        if v != "local":
+            raise ValueError(f"tier 1 of a cascade must be a local judge that emits a score (provider local, model "
+                             f"lexical | embedding), got {v!r}: an LLM verdict has no score to route by")
+        return v
+
+    @field_validator("model")
+    @classmethod
+    def _scored(cls, v: str) -> str:
+        if v not in _LOCAL_THRESHOLD:
+            raise ValueError(f"tier 1 emits a support score: 'lexical' or 'embedding', got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _threshold_range(self) -> CascadeTier1Config:
+        if self.model == "lexical" and self.threshold is not None and self.threshold <= 0:
+            raise ValueError(f"threshold: a lexical threshold is a share of terms in (0, 1], got {self.threshold!r}")
+        return self
+
+    def resolved_threshold(self) -> float:
+        return self.threshold if self.threshold is not None else _LOCAL_THRESHOLD[self.model]
+
+
+class BandConfig(_Strict):
+    lo: float = Field(ge=0, le=1)
+    hi: float = Field(ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BandConfig:
+        if not self.lo < self.hi:
+            raise ValueError(f"lo ({self.lo!r}) must be below hi ({self.hi!r}): P(bad) below lo auto-passes, above "
+                             "hi auto-fails, and tier 2 judges the band between them")
+        return self
+
+
+class CascadeConfig(_Strict):
+    """A two-tier cascade over the support judgements (spec §11.7–§11.8): tier 1 scores every claim, the band
+    on P(bad) = 1 - score decides it or escalates it to tier 2 (the judge the enclosing config names)."""
+
+    tier1: CascadeTier1Config
+    band: BandConfig
+
+    @field_validator("band")
+    @classmethod
+    def _agrees_with_tier1(cls, band: BandConfig, info: ValidationInfo) -> BandConfig:
+        # Tier 1's own verdict is what an auto-pass or auto-fail stores (its quote included), so it must say
+        # supported on every auto-pass (score > 1 - lo) and not supported on every auto-fail (score < 1 - hi).
+        tier1 = info.data.get("tier1")
+        if tier1 is None:
+            return band
+        thr = tier1.resolved_threshold()
+        if not 1 - band.hi <= thr <= 1 - band.lo:
+            given = "" if tier1.threshold is not None else f" (the {tier1.model} default)"
+            raise ValueError(f"tier 1 must itself call every auto-pass supported and every auto-fail not supported: "
+                             f"its threshold {thr!r}{given} must lie in [1 - hi, 1 - lo] = [{1 - band.hi:.4g}, "
+                             f"{1 - band.lo:.4g}]; set cascade.tier1.threshold in that range or move the band")
+        return band
+
+    def pins(self) -> dict[str, Any]:
+        """The flat pin of the cascade (folded into the judge's settings pin by :func:`judge_settings`)."""
+        return {"tier1": f"local:{self.tier1.model}", "tier1_threshold": self.tier1.resolved_threshold(),
+                "lo": self.band.lo, "hi": self.band.hi}
+
+
+# The judge metrics a cascade routes (through their support judgements); every other metric is tier 2's alone.
+CASCADE_METRICS = ("faithfulness", "citations")
+
+
 class JudgeConfig(_Strict):
     provider: Literal["openai", "anthropic", "local"]
     model: str = Field(min_length=1)
@@ -78,6 +166,16 @@ class JudgeConfig(_Strict):
     batch: BatchConfig = Field(default_factory=BatchConfig)
     threshold: float | None = Field(default=None, ge=-1, le=1)
     numeric: bool = True
+    cascade: CascadeConfig | None = None
+
+    @field_validator("cascade")
+    @classmethod
+    def _routes_something(cls, cascade: CascadeConfig | None, info: ValidationInfo) -> CascadeConfig | None:
+        metrics = info.data.get("metrics")
+        if cascade is not None and metrics is not None and not set(CASCADE_METRICS) & set(metrics):
+            raise ValueError(f"a cascade routes only the support judgements behind {' and '.join(CASCADE_METRICS)}; "
+                             f"metrics {list(metrics)} names neither: add one or remove the cascade")
+        return cascade
 
     @model_validator(mode="after")
     def _consistent(self) -> JudgeConfig:
@@ -123,18 +221,28 @@ class JudgeConfig(_Strict):
         return tuple(Criterion(c.name, c.description, c.weight) for c in self.criteria)
 
     def pins(self) -> dict[str, Any]:
-        """The judge pins a run records: model (with provider), rubric sha, prompt sha and the sampling."""
-        if self.provider == "local":
-            from ragassay.judges.protocol import sha256_text
+        """The judge pins a run records: model (with provider), rubric sha, prompt sha and the sampling.
 
+        A cascade keeps tier 2's ``judge_model``, records its tiers and band as ``pins["cascade"]`` (so they
+        enter the settings pin) and folds them into the rubric and prompt shas too: a cascaded run never
+        shares a pin set with the same judge alone."""
+        from ragassay.judges.protocol import sha256_text
+
+        if self.provider == "local":
             thr = self.threshold if self.threshold is not None else _LOCAL_THRESHOLD[self.model]
             rubric = sha256_text(f"local:{self.model}@{thr!r};numeric={self.numeric}")
-            return {"judge_model": f"local:{self.model}", "rubric_sha": rubric, "prompt_sha": rubric,
-                    "provider": "local", "threshold": thr, "metrics": list(self.metrics)}
-        rubric, prompt = suite_pins(self.rubric_criteria(), self.metrics)
-        out = {"judge_model": f"{self.provider}:{self.model}", "rubric_sha": rubric, "prompt_sha": prompt,
-               "provider": self.provider, **{k: getattr(self, k) for k in SETTINGS},
-               "structured_output": STRUCTURED_OUTPUT, "metrics": list(self.metrics)}
+            out = {"judge_model": f"local:{self.model}", "rubric_sha": rubric, "prompt_sha": rubric,
+                   "provider": "local", "threshold": thr, "metrics": list(self.metrics)}
+        else:
+            rubric, prompt = suite_pins(self.rubric_criteria(), self.metrics)
+            out = {"judge_model": f"{self.provider}:{self.model}", "rubric_sha": rubric, "prompt_sha": prompt,
+                   "provider": self.provider, **{k: getattr(self, k) for k in SETTINGS},
+                   "structured_output": STRUCTURED_OUTPUT, "metrics": list(self.metrics)}
+        if self.cascade is not None:
+            out["cascade"] = self.cascade.pins()
+            tag = "cascade:" + ";".join(f"{k}={v!r}" for k, v in sorted(out["cascade"].items())) + "\x1e"
+            out["rubric_sha"] = sha256_text(tag + out["rubric_sha"])
+            out["prompt_sha"] = sha256_text(tag + out["prompt_sha"])
         out["settings"] = judge_settings(out)
         return out
 
@@ -204,13 +312,24 @@ def load_judge_config(path: str | Path) -> JudgeConfig:
     return cfg
 
 
-def build_judge(cfg: JudgeConfig, store=None):
-    """The client (LLM provider) or local support judge a config names."""
-    if cfg.provider == "local":
-        from ragassay.judges.local import EmbeddingSupport, LexicalSupport
+def _local_support(model: str, threshold: float | None):
+    from ragassay.judges.local import EmbeddingSupport, LexicalSupport
 
-        thr = cfg.threshold if cfg.threshold is not None else _LOCAL_THRESHOLD[cfg.model]
-        return LexicalSupport(thr) if cfg.model == "lexical" else EmbeddingSupport(thr)
+    thr = threshold if threshold is not None else _LOCAL_THRESHOLD[model]
+    return LexicalSupport(thr) if model == "lexical" else EmbeddingSupport(thr)
+
+
+def build_tier1(cfg: JudgeConfig):
+    """Tier 1 of the config's cascade (a local support judge with a score); None without a cascade."""
+    if cfg.cascade is None:
+        return None
+    return _local_support(cfg.cascade.tier1.model, cfg.cascade.tier1.threshold)
+
+
+def build_judge(cfg: JudgeConfig, store=None):
+    """The client (LLM provider) or local support judge a config names (for a cascade: tier 2)."""
+    if cfg.provider == "local":
+        return _local_support(cfg.model, cfg.threshold)
     import os
 
     from ragassay.judges.protocol import Sampling
@@ -232,4 +351,5 @@ def build_judge(cfg: JudgeConfig, store=None):
     return OpenAIJudge(sampling, price_table(cfg.prices), max_tokens_param=cfg.max_tokens_param, **kwargs)
 
 
-__all__ = ["SETTINGS", "JudgeConfig", "build_judge", "judge_settings", "load_judge_config"]
+__all__ = ["CASCADE_METRICS", "SETTINGS", "BandConfig", "CascadeConfig", "CascadeTier1Config", "JudgeConfig",
+           "build_judge", "build_tier1", "judge_settings", "load_judge_config"]

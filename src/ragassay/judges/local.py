@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +66,8 @@ def _verdict(label: str, quote: str | None, why: str, cannot: bool = False) -> S
 class LexicalSupport:
     """Support by term overlap with the best context sentence."""
 
+    method = "lexical"
+
     def __init__(self, threshold: float = 0.7):
         if not 0 < threshold <= 1:
             raise ValueError(f"threshold {threshold!r} must be in (0, 1]")
@@ -95,6 +97,8 @@ class LexicalSupport:
 
 class EmbeddingSupport:
     """Support by the cosine of static WordLlama embeddings with the best context sentence."""
+
+    method = "embedding"
 
     def __init__(self, threshold: float = 0.8, embedder=None):
         if not -1 <= threshold <= 1:
@@ -167,6 +171,15 @@ def local_judge_items(items: Sequence[JudgeItem], support, *, numeric: bool = Tr
 
     Claims are the answer's sentences; a supported claim's quote is checked against the context exactly as
     for an LLM judge, so the metrics mean the same thing in both tiers."""
+    return score_sentence_claims(items, lambda it, claims: support.judge_many(claims, it.context), numeric=numeric)
+
+
+def score_sentence_claims(items: Sequence[JudgeItem],
+                          verdicts_of: Callable[[JudgeItem, list[str]], Sequence[LocalVerdict]], *,
+                          numeric: bool = True) -> JudgedMetrics:
+    """The metrics of :func:`local_judge_items` from ``verdicts_of(item, claims)``, one verdict per claim
+    (the answer's sentences). A ``cannot_judge`` verdict leaves its claim out of the denominators; an item
+    with no claim left is undefined (``no_checkable_claims``)."""
     out = JudgedMetrics()
     num = NumericSupport() if numeric else None
     nan = math.nan
@@ -182,7 +195,7 @@ def local_judge_items(items: Sequence[JudgeItem], support, *, numeric: bool = Tr
             for m in names:
                 out.add(it, m, nan, "no_claims")
             continue
-        verdicts = support.judge_many(claims, it.context)
+        verdicts = verdicts_of(it, claims)
         out.calls.update("cannot_judge" if v.verdict.cannot_judge else "ok" for v in verdicts)
         judged = [v for v in verdicts if not v.verdict.cannot_judge]
         located = []
@@ -217,4 +230,4 @@ def local_judge_items(items: Sequence[JudgeItem], support, *, numeric: bool = Tr
 
 
 __all__ = ["LOCAL_METHODS", "EmbeddingSupport", "LexicalSupport", "LocalVerdict", "NumericSupport",
-           "local_judge_items", "numbers_of", "split_claims"]
+           "local_judge_items", "numbers_of", "score_sentence_claims", "split_claims"]

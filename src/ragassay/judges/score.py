@@ -4,6 +4,10 @@ The metric rows join the run's other rows by (run, query, trial); the calls are 
 cache); the pins go on the run (``judge_model``, ``rubric_sha`` and ``extra["judge"]`` with the prompt sha)
 so ``compare`` and ``gate`` can refuse runs judged differently. A run is judged under one judge: judging it
 again needs ``resume`` and the same pins (a rerun pays only for what is not in the store yet).
+
+A config with a ``cascade`` routes the support judgements through it (:mod:`ragassay.judges.routing`): the
+local judgements it makes are stored in ``judge_calls`` with the metric rows, and the count per route in the
+judge summary (``cascade``) and the cost line.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragassay.errors import InputError, PinMismatchError
-from ragassay.judges.config import JudgeConfig, build_judge, judge_settings
+from ragassay.judges.config import JudgeConfig, build_judge, build_tier1, judge_settings
 from ragassay.judges.cost import CostLine, cost_line
 from ragassay.judges.metrics import JudgedMetrics, items_from, judge_items
 from ragassay.judges.providers import JudgeStopped
@@ -30,6 +34,7 @@ class JudgeSummary:
     judged: JudgedMetrics
     cost: CostLine | None
     items: int
+    cascade: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         means = self.judged.means()
@@ -41,6 +46,7 @@ class JudgeSummary:
             "calls": dict(sorted(self.judged.calls.items())),
             "quote_not_found": self.judged.quote_not_found,
             "cost": None if self.cost is None else self.cost.to_dict(),
+            "cascade": self.cascade,
         }
 
 
@@ -133,42 +139,64 @@ def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg:
 
     items = items_from(traces, golden, unit_text)
     judge = build_judge(cfg, store)
-    if cfg.provider == "local":
+    tier1 = build_tier1(cfg)
+    routing = None
+    if cfg.provider == "local" and tier1 is not None:
+        from ragassay.judges.routing import route_local
+
+        judged, routing = route_local(rec.run_id, items, tier1, judge, lo=cfg.cascade.band.lo,
+                                      hi=cfg.cascade.band.hi, numeric=cfg.numeric)
+        cost = cost_line([], len(items), cascade=routing.cost(store))
+    elif cfg.provider == "local":
         from ragassay.judges.local import local_judge_items
 
         judged = local_judge_items(items, judge, numeric=cfg.numeric)
         cost = None
     else:
-        judged = _judge_on(executor, judge, cfg, rec.run_id, items)
-        cost = cost_line([j.record for j in judged.judgements], len(items), store)
+        judged, routing = _judge_on(executor, judge, cfg, rec.run_id, items, tier1, pins["judge_model"])
+        cost = cost_line([j.record for j in judged.judgements], len(items), store,
+                         cascade=None if routing is None else routing.cost(store))
         if judged.stopped is not None:
             raise JudgeStopped(
                 f"judge run stopped: {judged.stopped}; {sum(judged.calls.values())} call(s) planned, "
                 f"{judged.calls.get('not_started', 0)} not started, ${judged.spend:.4f} spent. Finished calls "
                 f"are stored: rerun with --resume (and a higher spend_cap) to pay only for the rest")
-    summary = JudgeSummary(rec.run_id, rec.name, pins, judged, cost, len(items))
+    summary = JudgeSummary(rec.run_id, rec.name, pins, judged, cost, len(items),
+                           None if routing is None else routing.summary())
     status = rec.status
     store.resume_run(rec.run_id)
     try:
         store.write_batch(rec.run_id, judged.columns)
+        if routing is not None:
+            # append-only: a resumed run's identical records are already there and stay as they were
+            store.record_judge_calls([r.to_row() for r in routing.local_records()])
         store.set_judge_pins(rec.run_id, pins, _clean(summary.to_dict()))
     finally:
         store.finish_run(rec.run_id, status if status in ("complete", "failed") else "complete")
     return summary
 
 
-def _judge_on(executor: Any, judge, cfg: JudgeConfig, run_id: str, items: list) -> JudgedMetrics:
+def _judge_on(executor: Any, judge, cfg: JudgeConfig, run_id: str, items: list, tier1, tier2: str):
+    """(judged metrics, cascade routing or None) of an LLM judge on the executor (a cascade's tier 1 runs here)."""
     from ragassay.executors import LocalExecutor, get_executor
+
+    def judge_with(client):
+        if tier1 is None:
+            return judge_items(client, run_id, items, metrics=cfg.metrics, criteria=cfg.rubric_criteria()), None
+        from ragassay.judges.routing import route_llm
+
+        return route_llm(client, run_id, items, tier1, tier2=tier2, lo=cfg.cascade.band.lo, hi=cfg.cascade.band.hi,
+                         metrics=cfg.metrics, criteria=cfg.rubric_criteria())
 
     owned = not isinstance(executor, LocalExecutor)
     ex = get_executor(executor)
     try:
         if ex.name == "local":
-            return judge_items(judge, run_id, items, metrics=cfg.metrics, criteria=cfg.rubric_criteria())
+            return judge_with(judge)
         from ragassay.executors.judging import ClusterJudge
 
         with ClusterJudge(judge, cfg, ex) as client:
-            return judge_items(client, run_id, items, metrics=cfg.metrics, criteria=cfg.rubric_criteria())
+            return judge_with(client)
     finally:
         if owned:
             ex.close()
