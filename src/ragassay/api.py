@@ -262,10 +262,12 @@ class Run:
 
     def compare(self, other: Run | str, *, metrics: Sequence[str] | None = None, min_effect: Any = None,
                 n_resamples: int = 10_000, seed: int = 0, rebaseline: bool = False,
-                strata: bool = True) -> Comparison:
+                strata: bool = True, missing_as_worst: Sequence[str] = ()) -> Comparison:
         """Paired comparison with this run as the baseline and ``other`` as the candidate (``ragassay
-        compare``): deltas, bootstrap CIs, W/L/T, MDE, BH-adjusted p and claim sentences. ``metrics`` may be
-        spelled as ir_measures or trec_eval spell them (``nDCG@final_k``)."""
+        compare``): deltas, bootstrap CIs, W/L/T, MDE, BH-adjusted p, claim sentences and the coverage (pairs
+        lost per metric, each side's outcome mix, the paired error and refusal rates). ``metrics`` may be
+        spelled as ir_measures or trec_eval spell them (``nDCG@final_k``); ``missing_as_worst`` names metrics
+        whose one-sided undefined pairs score as the worst value."""
         from ragassay.analysis.compare import DEFAULT_MIN_EFFECT, compare_runs
         from ragassay.metrics.names import canonical_name
 
@@ -273,7 +275,8 @@ class Run:
             comp = compare_runs(st, self.run_id, _ref(other),
                                 metrics=[canonical_name(m) for m in metrics] if metrics else None,
                                 min_effect=DEFAULT_MIN_EFFECT if min_effect is None else min_effect,
-                                n_resamples=n_resamples, seed=seed, rebaseline=rebaseline, strata=strata)
+                                n_resamples=n_resamples, seed=seed, rebaseline=rebaseline, strata=strata,
+                                missing_worst=[canonical_name(m) for m in missing_as_worst])
         return Comparison(comp)
 
     def gate(self, other: Run | str, policy: Any = None, *, rebaseline: bool = False):
@@ -343,6 +346,17 @@ class Comparison:
     def claims(self) -> list[str]:
         return self.result.claims
 
+    @property
+    def coverage(self) -> dict:
+        """Golden items, paired keys, each side's outcome mix and the paired error / refusal rate rows."""
+        return self.result.coverage
+
+    def coverage_lines(self) -> list[str]:
+        """The coverage in words, as ``ragassay compare`` prints it."""
+        from ragassay.analysis.compare import coverage_lines
+
+        return coverage_lines(self.result)
+
     def overall(self, metric: str):
         """The all-strata row of ``metric`` (any spelling :func:`canonical_name` knows), or None."""
         from ragassay.metrics.names import canonical_name
@@ -366,7 +380,9 @@ class Comparison:
         head = (f"<p><b>{html.escape(r.run_a.name)}</b> → <b>{html.escape(r.run_b.name)}</b>, "
                 f"{r.settings.get('n_resamples', 0):,} paired-bootstrap resamples</p>")
         claims = "".join(f"<li>{html.escape(c)}</li>" for c in r.claims)
-        return (head + _table_html(("metric", "stratum", "n", "A", "B", "Δ", "CI", "W/L/T", "verdict"), rows)
+        cover = "".join(f"<li>{html.escape(c.strip())}</li>" for c in self.coverage_lines())
+        return (head + (f"<ul>{cover}</ul>" if cover else "")
+                + _table_html(("metric", "stratum", "n", "A", "B", "Δ", "CI", "W/L/T", "verdict"), rows)
                 + (f"<ul>{claims}</ul>" if claims else ""))
 
 

@@ -24,6 +24,7 @@ import pyarrow.json as pj
 
 from ragassay import __version__
 from ragassay._arrow_json import null_keys
+from ragassay.analysis.compare import coverage_lines
 from ragassay.analysis.summary import STAGES, run_summary, stage_of
 from ragassay.fsio import atomic_write_bytes
 from ragassay.golden import EvidenceIndex, GoldenSet, HitRule
@@ -750,7 +751,7 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
         data["comparisons"] = [{"baseline": c.run_a.name, "candidate": c.run_b.name,
                                 "rows": [r.to_dict() for r in c.rows
                                          if r.stratum == "all" or r.metric in STRATUM_ROWS_METRICS],
-                                "claims": c.claims,
+                                "claims": c.claims, "coverage": coverage_lines(c),
                                 "pin_differences": [{"pin": k, "a": a, "b": b} for k, a, b in c.pin_differences],
                                 "excluded": [{"metric": m, "reason": why} for m, why in c.excluded],
                                 "config_diff": [{"key": k, "a": a, "b": b} for k, a, b in c.config_diff],

@@ -422,6 +422,8 @@ def _comparison_view(c: object, i: int) -> dict:
                 "p": fmt.pvalue(r.get("p")),
                 "p_adj": fmt.pvalue(r.get("p_adj")),
                 "wlt": "/".join(fmt.num(x) if x is not None else "—" for x in wlt),
+                "lost": (f"{fmt.num(r.get('filled'))} as worst" if r.get("missing") == "worst"
+                         else fmt.num(r.get("lost")) if r.get("lost") is not None else "—"),
                 "sigma_d": fmt.num(r.get("sigma_d")),
                 "mde": fmt.num(r.get("mde")),
                 "verdict": str(r.get("verdict", "")),
@@ -455,6 +457,7 @@ def _comparison_view(c: object, i: int) -> dict:
         "excluded": excluded,
         "rows": rows,
         "claims": [str(s) for s in _list(c.get("claims", []), f"{p}.claims")],
+        "coverage": [str(s).strip() for s in _list(c.get("coverage", []), f"{p}.coverage")],
         "config_diff": diff,
         "resamples": fmt.num(c["n_resamples"]) if fmt.is_number(c.get("n_resamples")) else None,
         "resamples_note": str(c["resamples_note"]) if c.get("resamples_note") else None,
