@@ -208,12 +208,17 @@ def pin_differences(a, b, metrics_a=(), metrics_b=(), pins=PINS) -> list[tuple[s
             if pa[p] != pb[p] and not (p in OPTIONAL_PINS and (pa[p] is None or pb[p] is None))]
 
 
-def check_comparable(store, run_refs, *, pins=PINS, rebaseline: bool = False, roles=None):
+REBASELINE_HINT = ("re-score them under the same definitions (golden set, corpus, metric version, hit rule, gain, "
+                   "threshold, ties, cutoffs, judge), or pass --rebaseline to compare anyway")
+
+
+def check_comparable(store, run_refs, *, pins=PINS, rebaseline: bool = False, roles=None, hint=REBASELINE_HINT):
     """The one comparability check of every command that pairs or pools runs (compare, gate, every
     ``analyze`` subcommand): the stored records of ``run_refs``, or a ``PinMismatchError`` naming each pin in
     ``pins`` on which a run differs from the first one (the golden-set version, the corpus digest, the
     scoring definitions). ``rebaseline`` lets differing runs through; the caller must then say so.
-    ``roles`` labels the runs in the message (compare: ``("A", "B")``; default: their names)."""
+    ``roles`` labels the runs in the message (compare: ``("A", "B")``; default: their names); ``hint`` is its
+    last line (what to do)."""
     recs = [store.get_run(r) for r in run_refs]
     names = [store.metrics(r.run_id) for r in recs]
     labels = [r.name for r in recs] if roles is None else list(roles)
@@ -224,9 +229,7 @@ def check_comparable(store, run_refs, *, pins=PINS, rebaseline: bool = False, ro
     if lines and not rebaseline:
         shown = [r.name if roles is None else f"{r.name} ({role})" for r, role in zip(recs, labels, strict=True)]
         raise PinMismatchError(f"runs {', '.join(shown[:-1])} and {shown[-1]} are not comparable; differing pins:\n"
-                               + "\n".join(lines) + "\nre-score them under the same definitions (golden set, "
-                               "corpus, metric version, hit rule, gain, threshold, ties, cutoffs, judge), or pass "
-                               "--rebaseline to compare anyway")
+                               + "\n".join(lines) + "\n" + hint)
     return recs
 
 
