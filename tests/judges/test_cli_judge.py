@@ -163,3 +163,23 @@ def test_bad_judge_configs_are_one_line_errors_naming_the_file(tmp_path, capsys,
     cfg.write_text(text)
     code, _, err = cli(["judge", "x", "--judge", str(cfg), "--store", str(tmp_path / "none.duckdb")], capsys)
     assert code == 2 and fragment in err and str(cfg) in err
+
+
+def test_a_judge_run_whose_every_call_errors_is_a_failure_not_a_run_of_undefined_metrics(
+        tmp_path, capsys, inputs, fake_provider, monkeypatch):
+    monkeypatch.setenv("JUDGE_TEST_KEY", "sk-judge")
+    fake_provider.item_of = lambda user: "every"
+    fake_provider.plan["every"] = ["400"]  # a bad request every time: not retried, not billed
+    db = str(tmp_path / "r.duckdb")
+    traces = write_run_traces(tmp_path / "traces.jsonl", inputs)
+    code, _, err = cli(["score", str(traces), "--golden", str(bundled_golden_source()), "--store", db,
+                        "--name", "a"], capsys)
+    assert code == 0, err
+    code, out, err = cli(["judge", "a", "--judge", str(judge_yaml(tmp_path, fake_provider)), "--store", db],
+                         capsys)
+    assert code == 2 and out == ""
+    assert "judge call(s) ended in error (first: HTTP 400" in err and "nothing was stored as metrics" in err
+    with Store.open(db, read_only=True) as st:
+        rec = st.get_run("a")
+        assert "judge" not in (rec.extra or {}) and "faithfulness" not in st.metrics("a")
+        assert {c["outcome"] for c in st.judge_calls("a")} == {"error"}

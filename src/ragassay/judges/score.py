@@ -161,6 +161,12 @@ def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg:
                 f"judge run stopped: {judged.stopped}; {sum(judged.calls.values())} call(s) planned, "
                 f"{judged.calls.get('not_started', 0)} not started, ${judged.spend:.4f} spent. Finished calls "
                 f"are stored: rerun with --resume (and a higher spend_cap) to pay only for the rest")
+        records = [j.record for j in judged.judgements]
+        if records and all(r.outcome == "error" for r in records):
+            # no call got an answer: every judge metric would be undefined, a silent run that says nothing
+            raise JudgeStopped(
+                f"every one of the {len(records)} judge call(s) ended in error (first: {records[0].reason}); "
+                "nothing was stored as metrics. Fix the judge config or the provider and judge the run again")
     summary = JudgeSummary(rec.run_id, rec.name, pins, judged, cost, len(items),
                            None if routing is None else routing.summary())
     status = rec.status
