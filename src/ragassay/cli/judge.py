@@ -115,6 +115,9 @@ def print_judge_summary(summary) -> None:
 
 
 judge_app.command("score")(judge)
+from ragassay.cli.judge_pairwise import pairwise  # noqa: E402  (light: its heavy imports run with it)
+
+judge_app.command("pairwise")(pairwise)
 
 
 def _fmt(s: dict | None, signed: bool = False) -> str:
@@ -126,28 +129,36 @@ def _fmt(s: dict | None, signed: bool = False) -> str:
     return f"{f.format(s['value'])} [{lo}, {hi}]"
 
 
-def _labels_path(given: Path | None) -> Path:
+def _labels_path(given: Path | None, kind: str) -> Path:
     if given is not None:
         return given
-    from ragassay.judges.labels import bundled_labels
+    from ragassay.judges.labels import default_labels
 
-    found = bundled_labels()
+    found = default_labels(kind)
     if found is None:
-        raise InputError("no --labels given and this ragassay ships no bundled calibration labels; pass a "
+        raise InputError(f"no --labels given and this ragassay ships no bundled labels for --kind {kind}; pass a "
                          "labels.jsonl (see docs/judge-validation.md)")
     return found
+
+
+VALIDATION_KINDS = ("support", "citation", "relevance", "criterion", "nuggets", "pairwise")
 
 
 @judge_app.command("validate")
 def validate(
     judge_config: Path = typer.Option(..., "--judge", help="Judge config YAML (for a cascade: the tier-2 judge)."),
-    labels: Path = typer.Option(None, "--labels", help="Human labels JSONL (default: the bundled calibration "
-                                                       "set)."),
+    kind: str = typer.Option("support", "--kind", help="The judgement validated: support (faithfulness), citation "
+                             "(citation precision/recall), relevance (answer_relevance), criterion (correctness, "
+                             "per rubric criterion), nuggets (the nugget metrics) or pairwise."),
+    labels: Path = typer.Option(None, "--labels", help="Human labels JSONL of the kind (default: the bundled "
+                                                       "calibration set for support, the bundled example of the "
+                                                       "kind otherwise)."),
     store: Path = STORE_OPT,
-    tier1: Path = typer.Option(None, "--tier1", help="Validate a cascade: this judge config (a local judge with "
-                                                     "a score) as tier 1, --judge inside its band."),
-    scale: str = typer.Option("binary", "--scale", help="binary (supported vs not) or ordinal (unsupported < "
-                                                        "partially supported < supported, weighted kappa)."),
+    tier1: Path = typer.Option(None, "--tier1", help="Validate a cascade (--kind support): this judge config (a "
+                                                     "local judge with a score) as tier 1, --judge inside its "
+                                                     "band."),
+    scale: str = typer.Option(None, "--scale", help="binary (the top level vs the rest; the default) or ordinal "
+                                                    "(three levels, linear-weighted kappa; not for citation)."),
     judge_family: str = typer.Option(None, "--judge-family", help="The judge's model family, for the "
                                                                    "self-preference check."),
     max_false_pass: float = typer.Option(0.02, "--max-false-pass", help="Band budget: share of bad items "
@@ -163,24 +174,34 @@ def validate(
     confidence: float = typer.Option(0.95, "--confidence"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Validate a judge against human labels like a classifier: kappa and agreement, per-class
-    precision/recall/F1, confusion matrix, label distributions, verbosity and self-preference probes,
-    calibration (ECE, Brier, isotonic, band) for judges with a score; store the validation record. A label
-    set with a single class, or fewer labels than the minimums, is refused before any call is made."""
+    """Validate a judge's verdicts of one kind (--kind) against human labels like a classifier: kappa and
+    agreement, per-class precision/recall/F1 (and per criterion), confusion matrix, label distributions,
+    verbosity and self-preference probes, calibration (ECE, Brier, isotonic, band) for judges with a score;
+    store the validation record. A label set with a single class, or fewer labels than the minimums, is
+    refused before any call is made."""
     from ragassay.judges.config import load_judge_config
-    from ragassay.judges.labels import load_labels
     from ragassay.judges.validate import (
-        SCALES,
+        KIND_SCALES,
         Floor,
         label_counts,
-        run_judge,
         validate_judgements,
         validation_record,
     )
     from ragassay.store import Store
 
-    if scale not in SCALES:
-        raise InputError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
+    if kind not in VALIDATION_KINDS:
+        raise InputError(f"--kind must be one of {', '.join(VALIDATION_KINDS)}, got {kind!r}")
+    if kind != "pairwise":
+        scale = scale or "binary"
+        if scale not in KIND_SCALES[kind]:
+            raise InputError(f"--scale must be one of {', '.join(KIND_SCALES[kind])} for --kind {kind}, got "
+                             f"{scale!r}")
+    elif scale is not None or judge_family is not None:
+        raise InputError("--scale and --judge-family do not apply to --kind pairwise (its scale is the preference "
+                         "a < tie < b)")
+    if tier1 is not None and kind != "support":
+        raise InputError(f"--tier1 validates a cascade over support judgements: use it with --kind support, not "
+                         f"{kind}")
     for name, v in (("--min-per-class", min_per_class), ("--min-items", min_items)):
         if v < 1:
             raise InputError(f"{name} must be an integer >= 1, got {v}")
@@ -192,39 +213,58 @@ def validate(
         if not 0 <= v < 1:
             raise InputError(f"{name} must be in [0, 1), got {v}")
     cfg = load_judge_config(judge_config)
+    default = Floor()
+    floor = Floor(default.min_kappa, default.min_class_recall, min_per_class, min_items)
+    opts = {"n_resamples": resamples, "seed": seed, "confidence": confidence}
+    if kind == "pairwise":
+        from ragassay.judges.pairwise import pairwise_pins, validate_pairwise
+
+        path = _labels_path(labels, kind)
+        with Store.open(store) as st:
+            figures, calls, label_set = validate_pairwise(cfg, path, st, floor=floor, **opts)
+            record = validation_record(pairwise_pins(cfg), label_set, figures, calls=calls, kind="pairwise")
+            record["validation_id"] = st.record_judge_validation(record)
+        _finish_validation(record, default, label_set, str(judge_config), json_out)
+        return
+    from ragassay.judges.kinds import check_judge_for_kind, run_kind
+    from ragassay.judges.labels import load_labels
+
+    check_judge_for_kind(cfg, kind, str(judge_config))
     cfg1 = load_judge_config(tier1) if tier1 is not None else None
     if cfg1 is not None and cfg1.provider != "local":
         raise InputError(f"{tier1}: tier 1 of a cascade must be a local judge (it needs a score to route by)")
-    label_set = load_labels(_labels_path(labels))
-    default = Floor()
-    floor = Floor(default.min_kappa, default.min_class_recall, min_per_class, min_items)
-    counts = label_counts(label_set.items, scale)
+    label_set = load_labels(_labels_path(labels, kind), kind, criteria=[c.name for c in cfg.rubric_criteria()])
+    counts = label_counts(label_set.items, scale, kind)
     problem = floor.label_set_problem(counts)
     if problem:
         shown = ", ".join(f"{c} {n}" for c, n in counts.items())
         raise InputError(f"{label_set.path}: {problem} on the {scale} scale ({shown}); a validation on it could not "
                          f"earn the gate's floor. Label more items (--min-per-class {min_per_class}, --min-items "
                          f"{min_items}); nothing was judged or recorded")
-    opts = {"n_resamples": resamples, "seed": seed, "confidence": confidence}
     with Store.open(store) as st:
-        judged, calls = run_judge(cfg, label_set.items, st)
+        judged, calls = run_kind(cfg, kind, label_set.items, st)
         if calls["stopped"]:
             from ragassay.judges.providers import JudgeStopped
 
             raise JudgeStopped(f"judge run stopped: {calls['stopped']}; finished calls are stored: rerun (with a "
                                "higher spend_cap) to pay only for the rest. No validation was recorded")
-        figures = validate_judgements(label_set.items, judged, scale=scale, judge_family=judge_family,
+        figures = validate_judgements(label_set.items, judged, kind=kind, scale=scale, judge_family=judge_family,
                                       max_false_pass=max_false_pass, max_false_fail=max_false_fail, **opts)
         cascade = None
         if cfg1 is not None:
             from ragassay.judges.cascade import cascade_figures
 
-            judged1, _ = run_judge(cfg1, label_set.items, st)
+            judged1, _ = run_kind(cfg1, kind, label_set.items, st)
             cascade = cascade_figures(label_set.items, judged1, judged, max_false_pass=max_false_pass,
                                       max_false_fail=max_false_fail, **opts)
             cascade["tier1"] = cfg1.pins()["judge_model"]
-        record = validation_record(cfg.pins(), label_set, figures, calls=calls, cascade=cascade)
+        record = validation_record(cfg.pins(), label_set, figures, calls=calls, kind=kind, cascade=cascade)
         record["validation_id"] = st.record_judge_validation(record)
+    _finish_validation(record, default, label_set, str(judge_config), json_out)
+
+
+def _finish_validation(record: dict, default, label_set, judge_path: str, json_out: bool) -> None:
+    """Check the stored record against the default floor and print it (``--json``: the whole record)."""
     ok, why = default.check(record)
     record["created_at"] = record["created_at"].isoformat()
     record["meets_default_floor"] = ok
@@ -235,14 +275,16 @@ def validate(
     if json_out:
         print_json(record)
         return
-    _print_validation(record, label_set, str(judge_config))
+    _print_validation(record, label_set, judge_path)
 
 
 def _print_validation(record: dict, label_set, judge_path: str) -> None:
     f = record["figures"]
     console.print(Text(f"validated {record['judge_model']} ({judge_path}) on {label_set.path} "
                        f"(version {record['label_set_version'][:12]}): {f['n']} of {f['n_items']} items compared, "
-                       f"scale {f['scale']}; validation {record['validation_id']}"))
+                       f"kind {record['kind']}, scale {f['scale']}; validation {record['validation_id']}"))
+    if record["metrics"]:
+        console.print(Text(f"speaks for: {', '.join(record['metrics'])}"))
     if f["excluded"]:
         console.print(Text("left out: " + ", ".join(f"{k} {v}" for k, v in f["excluded"].items())))
     who = record.get("labelled_by") or "unstated"
@@ -263,9 +305,21 @@ def _print_validation(record: dict, label_set, judge_path: str) -> None:
     for lab, row in zip(f["classes"], f["confusion"], strict=True):
         conf.add_row(Text(lab), *map(str, row))
     console.print(conf)
+    per = f.get("per_criterion")
+    if per:
+        crit = Table("criterion", "compared", "kappa", "agreement", "min class recall")
+        for name, g in per.items():
+            low = g.get("min_class_recall")
+            crit.add_row(Text(name), str(g["n"]), _fmt(g["kappa"]), _fmt(g.get("agreement")),
+                         "undefined" if low is None else f"{low:.3f}")
+        console.print(Text("per criterion (the floor reads the pooled figures above):"))
+        console.print(crit)
     v = f["verbosity"]
-    console.print(Text(f"verbosity slope: {_fmt(v, True)} in the judge's supported rate per 100 words, "
-                       "holding the human label fixed"))
+    if "undefined" in v:
+        console.print(Text(f"verbosity slope: {v['undefined']}"))
+    else:
+        console.print(Text(f"verbosity slope: {_fmt(v, True)} in the judge's {v.get('top_class', 'supported')} rate "
+                           "per 100 words, holding the human label fixed"))
     sp = f["self_preference"]
     console.print(Text("self-preference: " + (sp["undefined"] if "undefined" in sp else
                                               f"{_fmt(sp, True)} lenience on {sp['judge_family']} answers "

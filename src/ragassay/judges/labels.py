@@ -1,19 +1,26 @@
 """Human-labelled items for judge validation (``labels.jsonl``), validated at the boundary.
 
-One JSON object per line::
+One JSON object per line. Every validation kind (the judgement a judge metric is built from) has its own
+fields and labels; ``cannot_tell`` is a label of every kind (left out of agreement and counted):
 
-    {"item_id": "cal-001", "question": "...", "context": "<the evidence the claim is judged against>",
-     "claim": "<an answer or one claim>", "label": "supported",
-     "case": "numbers_dates", "doc_id": "GPL-3", "generator_family": "anthropic",
-     "label_a": "supported", "label_b": "partially_supported", "adjudicated": true}
+- ``support`` (faithfulness, numeric consistency): ``question``, ``context``, ``claim`` (``answer`` may stand
+  for ``claim``); ``supported``, ``partially_supported``, ``unsupported``.
+- ``citation`` (citation precision/recall): ``claim``, ``passage`` (the cited unit's text); ``supported``,
+  ``unsupported``.
+- ``relevance`` (answer relevance): ``question``, ``answer``; ``relevant``, ``partially_relevant``,
+  ``irrelevant``.
+- ``criterion`` (rubric correctness, one criterion per line): ``question``, ``reference``, ``answer``,
+  ``criterion`` (a name of the judge config's rubric); ``pass``, ``partial``, ``fail``.
+- ``nuggets`` (nugget assignment): ``question``, ``answer``, ``nugget_id``, ``nugget_text``, optional
+  ``vital`` (true/false); ``support``, ``partial_support``, ``not_support``. The lines sharing a (question,
+  answer) are that answer's nuggets, judged in one call; a nugget id appears once among them.
 
-``label`` (the final, adjudicated human label) is one of ``supported``, ``partially_supported``,
-``unsupported``, ``cannot_tell`` (spaces or hyphens for underscores are accepted). ``answer`` may stand for
-``claim``. ``label_a``/``label_b`` (or ``label_a1``/``label_a2``) are the two independent annotation passes,
-``adjudicated`` says the final label was settled after they disagreed and ``adjudication`` is the
-adjudicator's note; ``labelled_by`` says who gave the label, ``human`` or ``automated`` (a model or a
-script); all are optional. When a line carries only ``item_id`` and the
-labels, its question, context and claim are taken from ``items.jsonl`` in the same directory (the bundled
+Every kind also takes ``label`` (the final, adjudicated label; spaces or hyphens for underscores accepted),
+and optionally ``case``, ``doc_id``, ``generator_family``, ``label_a``/``label_b`` (or ``label_a1``/
+``label_a2``: two independent annotation passes), ``adjudicated`` (the final label was settled after they
+disagreed), ``adjudication`` (the adjudicator's note), ``labelled_by`` (``human`` or ``automated``: a model or
+a script) and ``kind`` (when given, it must be the kind the file is read as). When a line carries only
+``item_id`` and the labels, its text fields are taken from ``items.jsonl`` in the same directory (the bundled
 calibration set keeps items and labels apart).
 
 The label-set version is sha256 over the resolved items (every field, sorted by item_id): editing one label or
@@ -25,29 +32,35 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import KW_ONLY, asdict, dataclass
 from pathlib import Path
 
 from ragassay.errors import InputError
 
-HUMAN_LABELS = ("supported", "partially_supported", "unsupported", "cannot_tell")
-_TEXT_FIELDS = ("question", "context", "claim")
-_OPTIONAL = ("case", "doc_id", "generator_family", "label_a", "label_b", "adjudicated", "adjudication", "answer",
-             "labelled_by")
+# The human labels of each validation kind, cannot_tell last.
+KIND_LABELS = {
+    "support": ("supported", "partially_supported", "unsupported", "cannot_tell"),
+    "citation": ("supported", "unsupported", "cannot_tell"),
+    "relevance": ("relevant", "partially_relevant", "irrelevant", "cannot_tell"),
+    "criterion": ("pass", "partial", "fail", "cannot_tell"),
+    "nuggets": ("support", "partial_support", "not_support", "cannot_tell"),
+}
+KINDS = tuple(KIND_LABELS)
+HUMAN_LABELS = KIND_LABELS["support"]
 LABELLERS = ("human", "automated")
 # The bundled set names its passes after its annotators.
 _PASS_ALIASES = {"label_a1": "label_a", "label_a2": "label_b"}
-_KNOWN = frozenset(("item_id", "label", *_TEXT_FIELDS, *_OPTIONAL, *_PASS_ALIASES))
+_COMMON = ("item_id", "label", "case", "doc_id", "generator_family", "label_a", "label_b", "adjudicated",
+           "adjudication", "labelled_by", "kind", *_PASS_ALIASES)
 MAX_PROBLEMS = 20
 
 
 @dataclass(frozen=True)
-class LabelledItem:
-    item_id: str
-    question: str
-    context: str
-    claim: str
-    label: str
+class _Labelled:
+    """The fields every kind's item has besides its texts and label (keyword-only)."""
+
+    _: KW_ONLY
     case: str | None = None
     doc_id: str | None = None
     generator_family: str | None = None
@@ -59,10 +72,104 @@ class LabelledItem:
 
 
 @dataclass(frozen=True)
+class LabelledItem(_Labelled):
+    """A support item: is ``claim`` supported by ``context``?"""
+
+    item_id: str
+    question: str
+    context: str
+    claim: str
+    label: str
+
+    @property
+    def judged_text(self) -> str:
+        return self.claim
+
+
+@dataclass(frozen=True)
+class CitationItem(_Labelled):
+    """A citation item: does the cited ``passage`` support ``claim``?"""
+
+    item_id: str
+    claim: str
+    passage: str
+    label: str
+
+    @property
+    def context(self) -> str:
+        """What the support request judges the claim against: the cited passage alone."""
+        return self.passage
+
+    @property
+    def judged_text(self) -> str:
+        return self.claim
+
+
+@dataclass(frozen=True)
+class RelevanceItem(_Labelled):
+    """A relevance item: does ``answer`` address ``question``?"""
+
+    item_id: str
+    question: str
+    answer: str
+    label: str
+
+    @property
+    def judged_text(self) -> str:
+        return self.answer
+
+
+@dataclass(frozen=True)
+class CriterionItem(_Labelled):
+    """A rubric item: does ``answer`` meet ``criterion`` against ``reference``?"""
+
+    item_id: str
+    question: str
+    reference: str
+    answer: str
+    criterion: str
+    label: str
+
+    @property
+    def judged_text(self) -> str:
+        return self.answer
+
+
+@dataclass(frozen=True)
+class NuggetItem(_Labelled):
+    """A nugget item: does ``answer`` contain nugget ``nugget_id`` (``nugget_text``)?"""
+
+    item_id: str
+    question: str
+    answer: str
+    nugget_id: str
+    nugget_text: str
+    label: str
+    vital: bool | None = None
+
+    @property
+    def judged_text(self) -> str:
+        return self.answer
+
+
+# kind -> (item class, required text fields in the file, optional fields of the kind)
+_FORMATS: dict[str, tuple[type, tuple[str, ...], tuple[str, ...]]] = {
+    "support": (LabelledItem, ("question", "context", "claim"), ("answer",)),
+    "citation": (CitationItem, ("claim", "passage"), ()),
+    "relevance": (RelevanceItem, ("question", "answer"), ()),
+    "criterion": (CriterionItem, ("question", "reference", "answer", "criterion"), ()),
+    "nuggets": (NuggetItem, ("question", "answer", "nugget_id", "nugget_text"), ("vital",)),
+}
+
+Item = LabelledItem | CitationItem | RelevanceItem | CriterionItem | NuggetItem
+
+
+@dataclass(frozen=True)
 class LabelSet:
     path: str
     version: str
-    items: tuple[LabelledItem, ...]
+    items: tuple[Item, ...]
+    kind: str = "support"
 
     def __len__(self) -> int:
         return len(self.items)
@@ -82,16 +189,16 @@ class LabelSet:
         from ragassay.stats.agreement import cohen_kappa
 
         try:
-            return cohen_kappa([a for a, _ in pairs], [b for _, b in pairs], labels=list(HUMAN_LABELS))
+            return cohen_kappa([a for a, _ in pairs], [b for _, b in pairs], labels=list(KIND_LABELS[self.kind]))
         except InputError:
             return math.nan
 
 
-def _norm_label(v) -> str | None:
+def _norm_label(v, kind: str = "support") -> str | None:
     if not isinstance(v, str):
         return None
     s = v.strip().lower().replace("-", "_").replace(" ", "_")
-    return s if s in HUMAN_LABELS else None
+    return s if s in KIND_LABELS[kind] else None
 
 
 def _read_jsonl(path: Path, problems: list[str]) -> list[tuple[int, dict]]:
@@ -126,26 +233,111 @@ def _side_items(path: Path, problems: list[str]) -> dict[str, dict]:
     return out
 
 
-def load_labels(path: str | Path) -> LabelSet:
-    """Read and check a labels file; every problem is one ``file:line: message`` (up to 20), nothing partial."""
+def _item(kind: str, obj: dict, merged: dict, line: int, where: str, criteria: Sequence[str], has_side: bool,
+          problems: list[str]) -> Item | None:
+    """Line ``line`` (``obj``, with ``merged`` its fields joined with items.jsonl) as the kind's item, or None
+    with its problems appended."""
+    iid = obj["item_id"]
+    cls, text, _ = _FORMATS[kind]
+    if kind == "support" and "claim" in obj and "answer" in obj:
+        problems.append(f"{where}: give 'claim' or 'answer', not both")
+        return None
+    if kind == "support" and "answer" in merged and "claim" not in merged:
+        merged["claim"] = merged.pop("answer")
+    bad = [f for f in text if not isinstance(merged.get(f), str) or not merged[f].strip()]
+    if bad:
+        hint = "" if has_side else " (or put the items in items.jsonl beside the labels)"
+        problems.append(f"{where}: item {iid}: {', '.join(bad)} must be non-empty text{hint}")
+        return None
+    allowed = list(KIND_LABELS[kind])
+    label = _norm_label(obj.get("label"), kind)
+    if label is None:
+        problems.append(f"{where}: item {iid}: label {obj.get('label')!r} is not one of {allowed} (kind {kind})")
+        return None
+    given = obj.get("kind")
+    if given is not None and given != kind:
+        problems.append(f"{where}: item {iid}: kind {given!r} does not match --kind {kind}; read the file as "
+                        f"--kind {given} or fix the line")
+        return None
+    if kind == "criterion" and merged["criterion"] not in criteria:
+        problems.append(f"{where}: item {iid}: criterion {merged['criterion']!r} is not in the judge config's "
+                        f"rubric {list(criteria)}; label those criteria or add it to the config's criteria")
+        return None
+    fields = {f: merged[f] for f in text}
+    if kind == "nuggets" and merged.get("vital") is not None:
+        if not isinstance(merged["vital"], bool):
+            problems.append(f"{where}: item {iid}: vital must be true or false")
+            return None
+        fields["vital"] = merged["vital"]
+    passes = {}
+    for k in ("label_a", "label_b"):
+        if obj.get(k) is not None:
+            passes[k] = _norm_label(obj[k], kind)
+            if passes[k] is None:
+                problems.append(f"{where}: item {iid}: {k} {obj[k]!r} is not one of {allowed}")
+    adj = obj.get("adjudicated")
+    if adj is not None and not isinstance(adj, bool):
+        problems.append(f"{where}: item {iid}: adjudicated must be true or false")
+        return None
+    if obj.get("adjudication") is not None and not isinstance(obj["adjudication"], str):
+        problems.append(f"{where}: item {iid}: adjudication is the adjudicator's note (text) or null")
+        return None
+    who = obj.get("labelled_by")
+    if who is not None and who not in LABELLERS:
+        problems.append(f"{where}: item {iid}: labelled_by {who!r} is not one of {list(LABELLERS)}")
+        return None
+    opt = {"labelled_by": who}
+    for k in ("case", "doc_id", "generator_family"):
+        v = merged.get(k)
+        if v is not None and (not isinstance(v, str) or not v.strip()):
+            problems.append(f"{where}: item {iid}: {k} must be non-empty text when given")
+        opt[k] = v
+    return cls(item_id=iid, label=label, label_a=passes.get("label_a"), label_b=passes.get("label_b"),
+               adjudicated=adj, line=line, **fields, **opt)
+
+
+def _nugget_groups(items: list[NuggetItem], path: Path, problems: list[str]) -> None:
+    """A nugget id appears once per (question, answer): the call lists each nugget once."""
+    seen: dict[tuple[str, str, str], int] = {}
+    for it in items:
+        key = (it.question, it.answer, it.nugget_id)
+        if key in seen:
+            problems.append(f"{path}:{it.line}: item {it.item_id}: nugget {it.nugget_id!r} is already listed for "
+                            f"this question and answer (line {seen[key]}); give each nugget of an answer once")
+        else:
+            seen[key] = it.line
+
+
+def load_labels(path: str | Path, kind: str = "support", *, criteria: Sequence[str] | None = None) -> LabelSet:
+    """Read and check a labels file of one validation kind; every problem is one ``file:line: message`` (up
+    to 20), nothing partial. ``criteria`` are the rubric's criterion names a ``criterion`` line may name
+    (default: the default rubric's)."""
+    if kind not in KIND_LABELS:
+        raise InputError(f"kind must be one of {list(KIND_LABELS)}, got {kind!r}")
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p}: no such labels file; give a labels.jsonl (see docs/judge-validation.md)")
+    if criteria is None:
+        from ragassay.judges.metrics import DEFAULT_CRITERIA
+
+        criteria = [c.name for c in DEFAULT_CRITERIA]
+    known = frozenset((*_COMMON, *_FORMATS[kind][1], *_FORMATS[kind][2]))
     problems: list[str] = []
     rows = _read_jsonl(p, problems)
     side = _side_items(p, problems)
-    items: list[LabelledItem] = []
+    items: list = []
     seen: dict[str, int] = {}
     for n, obj in rows:
         where = f"{p}:{n}"
-        unknown = sorted(set(obj) - _KNOWN)
+        unknown = sorted(set(obj) - known)
         for alias, name in _PASS_ALIASES.items():
             if alias in obj:
                 if name in obj:
                     unknown.append(f"{alias} (with {name})")
                 obj = {**{k: v for k, v in obj.items() if k != alias}, name: obj[alias]}
         if unknown:
-            problems.append(f"{where}: unknown field(s) {unknown}; allowed: {sorted(_KNOWN)}")
+            problems.append(f"{where}: unknown field(s) {unknown}; allowed for kind {kind}: "
+                            f"{sorted(known - set(_PASS_ALIASES))}")
             continue
         iid = obj.get("item_id")
         if not isinstance(iid, str) or not iid.strip():
@@ -155,47 +347,11 @@ def load_labels(path: str | Path) -> LabelSet:
             problems.append(f"{where}: item_id {iid!r} repeats line {seen[iid]}; give each item once")
             continue
         seen[iid] = n
-        if "claim" in obj and "answer" in obj:
-            problems.append(f"{where}: give 'claim' or 'answer', not both")
-            continue
-        merged = {**side.get(iid, {}), **obj}
-        if "answer" in merged and "claim" not in merged:
-            merged["claim"] = merged.pop("answer")
-        bad = [f for f in _TEXT_FIELDS if not isinstance(merged.get(f), str) or not merged[f].strip()]
-        if bad:
-            hint = "" if side else " (or put the items in items.jsonl beside the labels)"
-            problems.append(f"{where}: item {iid}: {', '.join(bad)} must be non-empty text{hint}")
-            continue
-        label = _norm_label(obj.get("label"))
-        if label is None:
-            problems.append(f"{where}: item {iid}: label {obj.get('label')!r} is not one of {list(HUMAN_LABELS)}")
-            continue
-        passes = {}
-        for k in ("label_a", "label_b"):
-            if obj.get(k) is not None:
-                passes[k] = _norm_label(obj[k])
-                if passes[k] is None:
-                    problems.append(f"{where}: item {iid}: {k} {obj[k]!r} is not one of {list(HUMAN_LABELS)}")
-        adj = obj.get("adjudicated")
-        if adj is not None and not isinstance(adj, bool):
-            problems.append(f"{where}: item {iid}: adjudicated must be true or false")
-            continue
-        if obj.get("adjudication") is not None and not isinstance(obj["adjudication"], str):
-            problems.append(f"{where}: item {iid}: adjudication is the adjudicator's note (text) or null")
-            continue
-        who = obj.get("labelled_by")
-        if who is not None and who not in LABELLERS:
-            problems.append(f"{where}: item {iid}: labelled_by {who!r} is not one of {list(LABELLERS)}")
-            continue
-        opt = {"labelled_by": who}
-        for k in ("case", "doc_id", "generator_family"):
-            v = merged.get(k)
-            if v is not None and (not isinstance(v, str) or not v.strip()):
-                problems.append(f"{where}: item {iid}: {k} must be non-empty text when given")
-            opt[k] = v
-        items.append(LabelledItem(iid, merged["question"], merged["context"], merged["claim"], label,
-                                  label_a=passes.get("label_a"), label_b=passes.get("label_b"), adjudicated=adj,
-                                  line=n, **opt))
+        item = _item(kind, obj, {**side.get(iid, {}), **obj}, n, where, criteria, bool(side), problems)
+        if item is not None:
+            items.append(item)
+    if kind == "nuggets":
+        _nugget_groups(items, p, problems)
     if not problems and not items:
         problems.append(f"{p}: no labelled items; write one JSON object per line")
     if problems:
@@ -205,7 +361,7 @@ def load_labels(path: str | Path) -> LabelSet:
     items.sort(key=lambda it: it.item_id)
     blob = json.dumps([{k: v for k, v in asdict(it).items() if k != "line"} for it in items],
                       sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return LabelSet(str(p), hashlib.sha256(blob.encode("utf-8")).hexdigest(), tuple(items))
+    return LabelSet(str(p), hashlib.sha256(blob.encode("utf-8")).hexdigest(), tuple(items), kind)
 
 
 def bundled_labels() -> Path | None:
@@ -216,4 +372,20 @@ def bundled_labels() -> Path | None:
     return p if p.is_file() else None
 
 
-__all__ = ["HUMAN_LABELS", "LABELLERS", "LabelSet", "LabelledItem", "bundled_labels", "load_labels"]
+def bundled_example(kind: str) -> Path | None:
+    """The bundled example label file of a kind (``data/judge_examples/<kind>.jsonl``), when shipped."""
+    from importlib.resources import files
+
+    p = Path(str(files("ragassay") / "data" / "judge_examples" / f"{kind}.jsonl"))
+    return p if p.is_file() else None
+
+
+def default_labels(kind: str) -> Path | None:
+    """The labels ``judge validate`` uses without ``--labels``: the calibration set for support, the bundled
+    example of the kind otherwise."""
+    return bundled_labels() if kind == "support" else bundled_example(kind)
+
+
+__all__ = ["HUMAN_LABELS", "KINDS", "KIND_LABELS", "LABELLERS", "CitationItem", "CriterionItem", "Item",
+           "LabelSet", "LabelledItem", "NuggetItem", "RelevanceItem", "bundled_example", "bundled_labels",
+           "default_labels", "load_labels"]
