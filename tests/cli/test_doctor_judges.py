@@ -14,8 +14,8 @@ from ragassay.cli.app import main as _main
 from ragassay.judges.config import JudgeConfig
 from ragassay.store import Store
 
-
-FLOOR = ('at the lower end of each 95% interval kappa >= 0.6 and every class recall >= 0.5, over at least 100 items and 10 per class')
+FLOOR = ("at the lower end of each 95% interval kappa >= 0.6 and every class recall >= 0.5, over at least 100 "
+         "items and 10 per class")
 
 
 def cli(args, capsys):
