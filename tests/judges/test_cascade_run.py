@@ -378,3 +378,63 @@ def test_a_cascade_must_route_faithfulness_or_citations(tmp_path, capsys, fake_p
     code, _, err = cli(["judge", "x", "--judge", str(cfg), "--store", str(tmp_path / "none.duckdb")], capsys)
     assert code == 2 and f"{cfg}:5: cascade: a cascade routes only the support judgements behind faithfulness " \
                           "and citations" in err
+
+
+CASCADE_YAML = ("provider: local\nmodel: embedding\nmetrics: [faithfulness]\n"
+                f"cascade:\n  tier1: {{model: lexical}}\n  band: {{lo: {LO}, hi: {HI}}}\n")
+
+
+def test_a_cascade_config_is_validated_as_a_whole_and_its_record_speaks_for_the_cascaded_run(
+        tmp_path, capsys, inputs):
+    from ragassay.judges.config import build_tier1, load_judge_config
+    from ragassay.judges.labels import bundled_labels, load_labels
+    from ragassay.judges.validate import judge_local, route_items
+
+    cfg_path = tmp_path / "cascade.yaml"
+    cfg_path.write_text(CASCADE_YAML)
+    db = str(tmp_path / "v.duckdb")
+    code, out, err = cli(["judge", "validate", "--judge", str(cfg_path), "--store", db, "--json",
+                          "--resamples", "200"], capsys)
+    assert code == 0, err
+    rec = json.loads(out)
+    # the routes equal tier 1's P(bad) against the band, by hand
+    items = load_labels(bundled_labels()).items
+    first = judge_local(build_tier1(load_judge_config(cfg_path)), items)
+    want = {"auto_pass": 0, "auto_fail": 0, "escalated": 0}
+    for j in first:
+        p = p_bad(j.score)
+        key = ("auto_pass" if p < LO and j.label == "supported" else
+               "auto_fail" if p > HI and j.label == "unsupported" else "escalated")
+        want[key] += 1
+    assert rec["calls"]["cascade"]["routes"] == want
+    assert [r for r, _ in route_items(first, LO, HI)].count("escalated") == want["escalated"]
+    assert want["escalated"] < len(items) and want["auto_pass"] + want["auto_fail"] > 0
+    # the record carries the cascade's settings pin, which a plain embedding record does not match
+    assert "cascade=" in rec["judge_settings"] and rec["kind"] == "support"
+    code, _, err = cli(["judge", "validate", "--judge", str(cfg_path), "--tier1", str(cfg_path), "--store", db],
+                       capsys)
+    assert code == 2 and "names a cascade already: it is validated as a whole" in err
+
+
+def test_rebaseline_from_a_cascade_routes_the_old_judge_as_the_run_was_judged(tmp_path, capsys, inputs):
+    traces = tmp_path / "t.jsonl"
+    make_traces(traces, inputs, " ")
+    db = score_runs(tmp_path, capsys, traces, ["a"])
+    old, new = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    old.write_text(CASCADE_YAML)
+    new.write_text("provider: local\nmodel: embedding\nmetrics: [faithfulness]\n")
+    code, _, err = cli(["judge", "a", "--judge", str(old), "--store", db], capsys)
+    assert code == 0, err
+    with Store.open(db, read_only=True) as st:
+        stored = {(r["query_id"]): r["value"] for r in st.results("a", ["faithfulness"]).to_pylist()}
+    # OLD as given must be the cascade the run was judged with; the plain tier 2 is not
+    code, _, err = cli(["judge", "rebaseline", str(new), str(new), "--runs", "a", "--store", db], capsys)
+    assert code == 2 and "was not judged by OLD" in err
+    code, out, err = cli(["judge", "rebaseline", str(old), str(new), "--runs", "a", "--store", db, "--json",
+                          "--resamples", "200"], capsys)
+    assert code == 0, err
+    res = json.loads(out)
+    faith = res["metrics"]["faithfulness"]
+    defined = [v for v in stored.values() if v is not None]
+    # the old side re-scored through the cascade equals what the run stored
+    assert faith["mean_old"] == pytest.approx(sum(defined) / len(defined))

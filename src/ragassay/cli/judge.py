@@ -231,6 +231,9 @@ def validate(
 
     check_judge_for_kind(cfg, kind, str(judge_config))
     cfg1 = load_judge_config(tier1) if tier1 is not None else None
+    if cfg1 is not None and cfg.cascade is not None:
+        raise InputError(f"{judge_config} names a cascade already: it is validated as a whole (its tier 1 and band "
+                         "route the items as they route a run's claims); drop --tier1, or pass the tier-2 config")
     if cfg1 is not None and cfg1.provider != "local":
         raise InputError(f"{tier1}: tier 1 of a cascade must be a local judge (it needs a score to route by)")
     label_set = load_labels(_labels_path(labels, kind), kind, criteria=[c.name for c in cfg.rubric_criteria()])
@@ -285,6 +288,12 @@ def _print_validation(record: dict, label_set, judge_path: str) -> None:
                        f"kind {record['kind']}, scale {f['scale']}; validation {record['validation_id']}"))
     if record["metrics"]:
         console.print(Text(f"speaks for: {', '.join(record['metrics'])}"))
+    routed = (record.get("calls") or {}).get("cascade")
+    if routed:
+        r = routed["routes"]
+        console.print(Text(f"cascade {routed['tier1']} → {record['judge_model']}, band [{routed['band']['lo']:g}, "
+                           f"{routed['band']['hi']:g}] on P(bad): auto-pass {r['auto_pass']}, auto-fail "
+                           f"{r['auto_fail']}, escalated {r['escalated']} (validated as a whole)"))
     if f["excluded"]:
         console.print(Text("left out: " + ", ".join(f"{k} {v}" for k, v in f["excluded"].items())))
     who = record.get("labelled_by") or "unstated"

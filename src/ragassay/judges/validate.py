@@ -490,17 +490,57 @@ def call_accounting(judged: Sequence[Judged], run=None) -> dict:
 
 def run_judge(cfg, items: Sequence[LabelledItem], store=None) -> tuple[list[Judged], dict]:
     """Run the support judge a config names over support (or citation) items; returns the answers and the
-    call accounting."""
-    from ragassay.judges.config import build_judge
+    call accounting. A config that names a cascade is validated as a whole, as it scores runs: tier 1 judges
+    every item, its P(bad) = 1 - score decides it outside the band, and tier 2 judges only the items inside
+    (:func:`route_items`); the record then speaks for the cascade's pins."""
+    from ragassay.judges.config import build_judge, build_tier1
 
     pins = cfg.pins()
     judge = build_judge(cfg, store)
+    tier1 = build_tier1(cfg)
+    escalated = list(range(len(items)))
+    first: list[Judged] = []
+    if tier1 is not None:
+        first = judge_local(tier1, items)
+        escalated = [k for k, (r, _) in enumerate(route_items(first, cfg.cascade.band.lo, cfg.cascade.band.hi))
+                     if r == "escalated"]
+    sub = [items[k] for k in escalated]
+    run = None
     if cfg.provider == "local":
-        judged = judge_local(judge, items)
-        return judged, call_accounting(judged)
-    run_id = validation_run(store, pins) if store is not None else "validation"
-    judged, run = judge_llm(judge, items, run_id, pins, store)
-    return judged, call_accounting(judged, run)
+        second = judge_local(judge, sub)
+    else:
+        run_id = validation_run(store, pins) if store is not None else "validation"
+        second, run = judge_llm(judge, sub, run_id, pins, store)
+    if tier1 is None:
+        return second, call_accounting(second, run)
+    judged = [Judged(j.label, j.outcome, j.score, j.cost, j.latency_ms) for j in first]
+    for k, j in zip(escalated, second, strict=True):
+        t1 = first[k]
+        judged[k] = Judged(j.label, j.outcome, j.score, t1.cost + j.cost, t1.latency_ms + j.latency_ms)
+    calls = call_accounting(judged, run)
+    routes = Counter(r for r, _ in route_items(first, cfg.cascade.band.lo, cfg.cascade.band.hi))
+    calls["cascade"] = {"tier1": pins["cascade"]["tier1"], "band": {"lo": cfg.cascade.band.lo,
+                                                                    "hi": cfg.cascade.band.hi},
+                        "routes": {r: routes.get(r, 0) for r in ("auto_pass", "auto_fail", "escalated")}}
+    return judged, calls
+
+
+def route_items(tier1: Sequence[Judged], lo: float, hi: float) -> list[tuple[str, float]]:
+    """(route, P(bad)) of each item by tier 1's answer, as a cascade routes a claim of a scored run
+    (``routing.route``): P(bad) = 1 - score below ``lo`` with a supported label auto-passes, above ``hi`` with
+    a not-supported label auto-fails, anything else (no score, no label, inside the band) escalates."""
+    from ragassay.judges.routing import p_bad
+
+    out = []
+    for j in tier1:
+        p = p_bad(j.score)
+        if p < lo and j.label == "supported":
+            out.append(("auto_pass", p))
+        elif p > hi and j.label is not None and j.label != "supported":
+            out.append(("auto_fail", p))
+        else:
+            out.append(("escalated", p))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- records
@@ -744,17 +784,31 @@ __all__ = ["DEFAULT_RESAMPLES", "KIND_SCALES", "KIND_TO", "METRIC_KIND", "METRIC
 
 # ---------------------------------------------------------------------------------------------- judge change
 def _judge_with(cfg, items, store, shadow: str):
-    from ragassay.judges.config import build_judge
+    """The judge metrics ``cfg`` gives the items, as ``judge RUN`` would score them (a cascade routed as
+    there); LLM calls go to the ``shadow`` run, so the archived run is not modified."""
+    from ragassay.judges.config import build_judge, build_tier1
     from ragassay.judges.providers import JudgeStopped
 
     judge = build_judge(cfg, store)
+    tier1 = build_tier1(cfg)
     if cfg.provider == "local":
+        if tier1 is not None:
+            from ragassay.judges.routing import route_local
+
+            return route_local(shadow or "rebaseline", items, tier1, judge, lo=cfg.cascade.band.lo,
+                               hi=cfg.cascade.band.hi, numeric=cfg.numeric)[0]
         from ragassay.judges.local import local_judge_items
 
         return local_judge_items(items, judge, numeric=cfg.numeric)
-    from ragassay.judges.metrics import judge_items
+    if tier1 is not None:
+        from ragassay.judges.routing import route_llm
 
-    judged = judge_items(judge, shadow, items, metrics=cfg.metrics, criteria=cfg.rubric_criteria())
+        judged = route_llm(judge, shadow, items, tier1, tier2=cfg.pins()["judge_model"], lo=cfg.cascade.band.lo,
+                           hi=cfg.cascade.band.hi, metrics=cfg.metrics, criteria=cfg.rubric_criteria())[0]
+    else:
+        from ragassay.judges.metrics import judge_items
+
+        judged = judge_items(judge, shadow, items, metrics=cfg.metrics, criteria=cfg.rubric_criteria())
     if judged.stopped is not None:
         raise JudgeStopped(f"judge run stopped: {judged.stopped}; finished calls are stored, so running the "
                            "rebaseline again pays only for the rest")
