@@ -18,6 +18,7 @@ from ragassay.cli.app import main as _main
 from ragassay.judges.config import build_judge, load_judge_config
 from ragassay.judges.labels import bundled_example, load_labels
 from ragassay.judges.metrics import RUBRICS, JudgeItem, judge_items
+from ragassay.judges.validate import Floor
 from ragassay.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,7 +167,10 @@ def test_each_kind_validates_with_its_bundled_example_and_matches_scikit_learn(t
     for c, r in zip(f["per_class"], recalls, strict=True):
         assert c["recall"]["value"] == pytest.approx(r)
     assert rec["min_class_recall"] == pytest.approx(min(recalls))
-    assert rec["meets_default_floor"] is True
+    # the bundled examples are automated labels: they exercise the machinery but never earn the default floor
+    assert rec["meets_default_floor"] is False
+    assert "agreement with automated labels, not with people" in rec["floor_detail"]
+    assert Floor(allow_automated=True).check(rec)[0] is True
     if kind == "criterion":
         for name, fig in f["per_criterion"].items():
             hh = [x for x, c in zip(h, crit, strict=True) if c == name]
@@ -193,8 +197,15 @@ def support_labels_from_citation(path: Path) -> Path:
     rows = []
     for it in load_labels(bundled_example("citation"), "citation").items:
         rows.append({"item_id": it.item_id, "question": "Is the claim supported?", "context": it.passage,
-                     "claim": it.claim, "label": it.label, "labelled_by": "automated"})
+                     "claim": it.claim, "label": it.label, "labelled_by": "human"})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def as_human(kind: str, path: Path) -> Path:
+    """The bundled example of ``kind`` as if people had labelled it (automated labels cannot earn the floor)."""
+    path.write_text("".join(json.dumps({**json.loads(line), "labelled_by": "human"}) + "\n"
+                            for line in bundled_example(kind).read_text().splitlines()))
     return path
 
 
@@ -228,7 +239,8 @@ def test_a_record_validates_its_metric_in_compare_and_another_kind_or_scale_does
 
     assert status()[0] == "unvalidated"
     o_kind, o_scale = other
-    labels = ["--labels", support_labels_from_citation(tmp_path / "support.jsonl")] if o_kind == "support" else []
+    labels = ["--labels", support_labels_from_citation(tmp_path / "support.jsonl") if o_kind == "support"
+              else as_human(o_kind, tmp_path / f"{o_kind}-human.jsonl")]
     code, out, err = cli(["judge", "validate", "--judge", cfg, "--kind", o_kind, "--scale", o_scale, *labels,
                           "--store", db, "--json", "--resamples", "500"], capsys)
     assert code == 0, err
@@ -236,7 +248,8 @@ def test_a_record_validates_its_metric_in_compare_and_another_kind_or_scale_does
     st_, why = status()
     assert st_ == "unvalidated" and f"on the {scale} scale of the {kind} judgement" in why[0]
     code, out, err = cli(["judge", "validate", "--judge", cfg, "--kind", kind, "--scale", scale, "--store", db,
-                          "--json", "--resamples", "500"], capsys)
+                          "--labels", as_human(kind, tmp_path / f"{kind}-own.jsonl"), "--json", "--resamples",
+                          "500"], capsys)
     assert code == 0, err
     rec = json.loads(out)
     assert rec["meets_default_floor"] is True and metric in rec["metrics"]
@@ -380,8 +393,9 @@ def test_every_problem_is_listed_and_a_nugget_repeated_for_one_answer_is_refused
     code, _, err = cli(["judge", "validate", "--judge", api_yaml(tmp_path, "http://127.0.0.1:9"), "--kind",
                         "nuggets", "--labels", labels, "--store", tmp_path / "s.duckdb"], capsys)
     text = " ".join(err.split())
-    assert code == 2 and "2 problem(s)" in text
+    assert code == 2 and "3 problem(s)" in text
     assert f"{labels}:2: item x2: nugget 'n1' is already listed for this question and answer (line 1)" in text
+    assert f"{labels}:2: item x2 repeats the content of item x1 (line 1): a copy counts the same judgement" in text
     assert f"{labels}:3: item x3: label 'maybe'" in text
 
 

@@ -511,9 +511,11 @@ def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFA
     for m in worst:
         worst_value(m)
     rates = [m for m in RATE_METRICS if m in set(ma) and m in set(mb)]
-    extra = [m for m in (*RATE_METRICS, *ABSTAIN_METRICS) if m not in wanted and m in set(ma) and m in set(mb)]
-    qa, ta, sa, va = store.results_wide(ra.run_id, wanted + extra)
-    qb, tb, _, vb = store.results_wide(rb.run_id, wanted + extra)
+    # the outcome columns each run has (a run without a generation stage has none: its mix is None)
+    extra_a = [m for m in (*RATE_METRICS, *ABSTAIN_METRICS) if m not in wanted and m in set(ma)]
+    extra_b = [m for m in (*RATE_METRICS, *ABSTAIN_METRICS) if m not in wanted and m in set(mb)]
+    qa, ta, sa, va = store.results_wide(ra.run_id, wanted + extra_a)
+    qb, tb, _, vb = store.results_wide(rb.run_id, wanted + extra_b)
     a_ids = list(zip(qa, ta, strict=True))
     b_ids = list(zip(qb, tb, strict=True))
     k = len(wanted)
@@ -523,12 +525,13 @@ def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFA
     coverage = {"golden_items": {"a": ra.n_queries, "b": rb.n_queries},
                 "trials": {"a": ra.trials, "b": rb.trials},
                 "keys": {"a": len(a_ids), "b": len(b_ids), "paired": len(set(a_ids) & set(b_ids))},
-                "outcomes": {"a": outcome_mix(dict(zip(wanted + extra, va.T, strict=True))),
-                             "b": outcome_mix(dict(zip(wanted + extra, vb.T, strict=True)))},
+                "outcomes": {"a": outcome_mix(dict(zip(wanted + extra_a, va.T, strict=True))),
+                             "b": outcome_mix(dict(zip(wanted + extra_b, vb.T, strict=True)))},
                 "missing_worst": worst, "rates": []}
     if rates:
-        cols = [(wanted + extra).index(m) for m in rates]
-        coverage["rates"] = compare_wide(a_ids, sa, va[:, cols], b_ids, vb[:, cols], rates, min_effect=0.0,
+        ca = [(wanted + extra_a).index(m) for m in rates]
+        cb = [(wanted + extra_b).index(m) for m in rates]
+        coverage["rates"] = compare_wide(a_ids, sa, va[:, ca], b_ids, vb[:, cb], rates, min_effect=0.0,
                                          n_resamples=n_resamples, seed=seed, confidence=confidence, strata=False)
     diff = config_diff(ra.config, rb.config)
     settings = {"n_resamples": n_resamples, "seed": seed, "confidence": confidence, "multiplicity": "bh",
@@ -556,8 +559,10 @@ def coverage_lines(comp) -> list[str]:
     golden = f"{gold['a']}" if gold["a"] == gold["b"] else f"{gold['a']} (A) / {gold['b']} (B)"
     lines = [f"coverage: {cov['keys']['paired']} paired (query, trial) of {golden} golden items"]
     mixes = cov["outcomes"]
-    if mixes["a"] and mixes["b"]:
+    if mixes["a"] or mixes["b"]:
         def mix(m):
+            if m is None:
+                return "none recorded (no generation stage)"
             return ", ".join(f"{k} {m[k]}" for k in ("answered", "abstained", "refused", "error"))
         lines.append(f"  outcomes A: {mix(mixes['a'])} | B: {mix(mixes['b'])}")
     for r in cov.get("rates", []):

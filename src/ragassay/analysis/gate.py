@@ -89,11 +89,13 @@ class JudgeFloorPolicy(BaseModel):
     min_per_class: int = Field(default=10, ge=1)
     min_items: int = Field(default=100, ge=1)
     label_set: str | None = Field(default=None, min_length=6, pattern=r"^[0-9a-f]+$")
+    allow_automated_labels: bool = False
 
     def floor(self):
         from ragassay.judges.validate import Floor
 
-        return Floor(self.min_kappa, self.min_class_recall, self.min_per_class, self.min_items)
+        return Floor(self.min_kappa, self.min_class_recall, self.min_per_class, self.min_items,
+                     self.allow_automated_labels)
 
 
 class GatePolicy(BaseModel):
@@ -279,6 +281,13 @@ def coverage_checks(policy: HardPolicy, comp: Comparison, confidence: float = 0.
     mix_a, mix_b = out.get("a"), out.get("b")
     rates = {r.metric: r for r in comp.coverage.get("rates", [])}
     alpha = 1 - confidence
+    if mix_a is not None and mix_b is None and policy.max_error_rise is not None:
+        # the candidate lost its answer stage altogether: no outcome to compare is the largest loss, not "n/a"
+        answered = mix_a["n"] - mix_a["error"]
+        return [Check("error_rate", "hard", "FAIL", f"the candidate records no generation outcome (no answer, "
+                      f"abstention, refusal or error) on any question, where the baseline gave one on "
+                      f"{answered} of {mix_a['n']}: its answer stage is gone", None, policy.max_error_rise),
+                *_share_checks(policy, comp)]
     for metric, limit, what in (("error", policy.max_error_rise, "errored"),
                                 ("refused", policy.max_refusal_rise, "was refused")):
         if limit is None:
@@ -304,6 +313,13 @@ def coverage_checks(policy: HardPolicy, comp: Comparison, confidence: float = 0.
         else:
             checks.append(Check(name, "hard", "PASS", f"no credible rise above {limit:g} in the {text}",
                                 row.delta, limit))
+    return checks + _share_checks(policy, comp)
+
+
+def _share_checks(policy: HardPolicy, comp: Comparison) -> list[Check]:
+    """The compared-pairs check: every gated metric compares at least ``min_compared_share`` of the pairs the
+    baseline scored."""
+    checks: list[Check] = []
     if policy.min_compared_share is not None:
         floor = policy.min_compared_share
         rows = [r for r in comp.rows if r.stratum == "all"]

@@ -50,7 +50,7 @@ def _load_traces(st, rec, given: Path | None, role: str, golden):
         raise InputError(f"{path}: the traces of run {role} ({rec.name}) are not there; pass them with "
                          f"--traces-{role.lower()}")
     header, traces, problems = read_traces(path)
-    check_traces_of(st, rec, traces, header, f"the traces {path} given for run {role}")
+    check_traces_of(st, rec, traces, header, f"the traces {path} given for run {role}", golden=golden)
     unknown = sorted({t.query_id for t in traces} - set(golden.query_ids))
     if unknown:
         raise InputError(f"{len(unknown)} trace(s) of run {role} name queries not in the golden set (first: "

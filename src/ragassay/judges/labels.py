@@ -308,6 +308,26 @@ def _nugget_groups(items: list[NuggetItem], path: Path, problems: list[str]) -> 
             seen[key] = it.line
 
 
+# Fields that describe an item's label or its provenance, not what the judge is shown.
+_NOT_CONTENT = frozenset(("item_id", "label", "label_a", "label_b", "adjudicated", "adjudication", "labelled_by",
+                          "line", "case", "generator_family"))
+
+
+def refuse_copies(items: list, path: Path, problems: list[str]) -> None:
+    """An item whose judged content (every field the judge is shown) repeats another's is refused: a copy
+    counts one judgement twice, so a set padded with copies of two items would reach any minimum n."""
+    seen: dict[str, tuple[str, int]] = {}
+    for it in items:
+        key = json.dumps({k: v for k, v in asdict(it).items() if k not in _NOT_CONTENT}, sort_keys=True,
+                         ensure_ascii=False)
+        if key in seen:
+            first, line = seen[key]
+            problems.append(f"{path}:{it.line}: item {it.item_id} repeats the content of item {first} (line {line}): "
+                            "a copy counts the same judgement twice; give each item once")
+        else:
+            seen[key] = (it.item_id, it.line)
+
+
 def load_labels(path: str | Path, kind: str = "support", *, criteria: Sequence[str] | None = None) -> LabelSet:
     """Read and check a labels file of one validation kind; every problem is one ``file:line: message`` (up
     to 20), nothing partial. ``criteria`` are the rubric's criterion names a ``criterion`` line may name
@@ -352,6 +372,7 @@ def load_labels(path: str | Path, kind: str = "support", *, criteria: Sequence[s
             items.append(item)
     if kind == "nuggets":
         _nugget_groups(items, p, problems)
+    refuse_copies(items, p, problems)
     if not problems and not items:
         problems.append(f"{p}: no labelled items; write one JSON object per line")
     if problems:

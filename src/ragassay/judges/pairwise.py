@@ -34,9 +34,9 @@ from typing import Any, Literal
 import numpy as np
 
 from ragassay.errors import InputError
-from ragassay.judges.labels import LABELLERS, MAX_PROBLEMS, _read_jsonl
+from ragassay.judges.labels import LABELLERS, MAX_PROBLEMS, _read_jsonl, refuse_copies
 from ragassay.judges.protocol import ItemKey, Judgement, JudgeRequest, Verdict, sha256_text
-from ragassay.judges.validate import DEFAULT_RESAMPLES, Floor, _ci, agreement_figures
+from ragassay.judges.validate import DEFAULT_RESAMPLES, Floor, _ci, agreement_figures, worst_case_figures
 
 KIND = "pairwise"
 SCALE = "preference"
@@ -369,6 +369,7 @@ def load_pairwise_labels(path: str | Path) -> PairwiseLabelSet:
             continue
         items.append(PairwiseItem(iid, obj["question"], obj["answer_a"], obj["answer_b"], label,
                                   obj.get("context"), who, n))
+    refuse_copies(items, p, problems)
     if not problems and not items:
         problems.append(f"{p}: no labelled pairs; write one JSON object per line")
     if problems:
@@ -423,6 +424,10 @@ def pairwise_validation_figures(items: Sequence[PairwiseItem], judged: Sequence[
                                  confidence=confidence))
     out["scale"] = SCALE
     out["n"] = len(used)
+    unanswered = np.array([code[it.label] for it, jd in zip(items, judged, strict=True)
+                           if it.label != "cannot_tell" and not jd.judged], dtype=np.int64)
+    out["worst_case"] = worst_case_figures(h, j, unanswered, CLASSES, scale="ordinal", n_resamples=n_resamples,
+                                           seed=seed, confidence=confidence)
     recalls = [c["recall"]["value"] for c in out["per_class"] if c["recall"]["defined"]]
     out["min_class_recall"] = min(recalls) if recalls else None
     both = [jd for jd in judged if jd.judged]

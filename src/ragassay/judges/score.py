@@ -60,10 +60,12 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def check_traces_of(store, rec, traces: Sequence, header=None, where: str = "the traces") -> None:
+def check_traces_of(store, rec, traces: Sequence, header=None, where: str = "the traces", golden=None) -> None:
     """Refuse traces that are not run ``rec``'s own: a header whose config sha or golden-set version differs
-    from the run's, or a trace whose (query, trial) the run has no rows for or whose trace_id differs from
-    the one stored with that (query, trial). Judging another run's traces would store its numbers as this
+    from the run's, a trace whose (query, trial) the run has no rows for or whose trace_id differs from the one
+    stored with that (query, trial), or (with ``golden``) a trace whose outcome or answer does not give the
+    ``error`` / ``refused`` / ``answer_f1`` the run stored for it — two runs of one config share their trace
+    ids, so only the answers tell them apart. Judging another run's traces would store its numbers as this
     run's without a word."""
     problems = []
     if header is not None:
@@ -84,9 +86,44 @@ def check_traces_of(store, rec, traces: Sequence, header=None, where: str = "the
         t = other[0]
         problems.append(f"{len(other)} trace(s) whose trace_id differs from the run's (first: {t.query_id} trial "
                         f"{t.trial}: {t.trace_id} in the file, {stored[(t.query_id, t.trial)]} stored)")
+    if golden is not None and not problems:
+        problems += _answers_disagree(store, rec, traces, golden)
     if problems:
         raise InputError(f"{where} are not run {rec.name}'s ({rec.run_id}): " + "; ".join(problems)
                          + ". Pass the traces this run was scored from (see `ragassay runs --json` for its source)")
+
+
+def _answers_disagree(store, rec, traces: Sequence, golden) -> list[str]:
+    """The traces whose outcome or answer does not reproduce the run's stored ``error``, ``refused`` and
+    ``answer_f1`` (SQuAD token F1 against the reference answer, as scoring computes it)."""
+    from ragassay.metrics.generation import token_f1
+
+    have = set(store.metrics(rec.run_id))
+    wanted = [m for m in ("error", "refused", "answer_f1") if m in have]
+    if not wanted:
+        return []
+    stored: dict[tuple[str, int], dict[str, float | None]] = {}
+    for row in store.results(rec.run_id, wanted, columns=["query_id", "trial", "metric", "value"],
+                             ordered=False).to_pylist():
+        stored.setdefault((row["query_id"], row["trial"]), {})[row["metric"]] = row["value"]
+    bad = []
+    for t in traces:
+        got = stored.get((t.query_id, t.trial), {})
+        want = {"error": float(t.outcome in (None, "error")), "refused": float(t.outcome == "refused")}
+        q = golden[t.query_id] if t.query_id in golden else None
+        if t.outcome == "answered" and q is not None and q.answerable and q.reference_answer:
+            want["answer_f1"] = token_f1(t.answer or "", q.reference_answer)
+        for m, v in want.items():
+            s = got.get(m)
+            if m in got and s is not None and abs(s - v) > 1e-9:
+                bad.append((t, m, s, v))
+                break
+    if not bad:
+        return []
+    t, m, s, v = bad[0]
+    return [f"{len(bad)} trace(s) whose answer or outcome does not give the scores the run stored (first: "
+            f"{t.query_id} trial {t.trial}: {m} {s:.4g} stored, {v:.4g} from the file) — traces of another run of "
+            "the same config share its trace ids"]
 
 
 def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg: JudgeConfig, *,
@@ -127,7 +164,7 @@ def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg:
     if unknown:
         raise InputError(f"{len(unknown)} trace(s) name queries not in the golden set (first: {unknown[:3]}); "
                          "pass the run's golden set with --golden")
-    check_traces_of(store, rec, traces, header, traces_label)
+    check_traces_of(store, rec, traces, header, traces_label, golden=golden)
 
     def unit_text(u) -> str:
         if u.text is not None:

@@ -298,6 +298,23 @@ def words(text: str) -> int:
     return len(_WORD.findall(text))
 
 
+def worst_case_figures(h: np.ndarray, j: np.ndarray, h_unanswered: np.ndarray, classes: Sequence[str], *,
+                       scale: str, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+                       confidence: float = 0.95) -> dict | None:
+    """The agreement figures with every item the judge left unanswered (a refusal, an error, its escape hatch)
+    counted as wrong: its answer taken as the class farthest from the human label. None when it answered
+    every item. A judge that abstains on exactly the items it would get wrong is thereby measured on them: the
+    floor reads these figures, so what it kept cannot validate it (spec §11.1: every item accounted for)."""
+    if h_unanswered.size == 0:
+        return None
+    top = len(classes) - 1
+    far = np.where(h_unanswered * 2 >= top, 0, top)
+    out = agreement_figures(np.concatenate([h, h_unanswered]), np.concatenate([j, far]), classes, scale=scale,
+                            n_resamples=n_resamples, seed=seed, confidence=confidence)
+    out["judge_unanswered"] = int(h_unanswered.size)
+    return out
+
+
 def validate_judgements(items: Sequence[Item], judged: Sequence[Judged], *, kind: str = "support",
                         scale: str = "binary", judge_family: str | None = None, n_resamples: int = DEFAULT_RESAMPLES,
                         seed: int = 0, confidence: float = 0.95, max_false_pass: float = 0.02,
@@ -335,6 +352,9 @@ def validate_judgements(items: Sequence[Item], judged: Sequence[Judged], *, kind
                            "excluded": dict(sorted(excluded.items())), **opts}
     out.update(agreement_figures(h, j, classes, scale=scale, **opts))
     out["n"] = len(used)
+    unanswered = np.array([code[to[it.label]] for it, jd in zip(items, judged, strict=True)
+                           if it.label != "cannot_tell" and jd.label is None], dtype=np.int64)
+    out["worst_case"] = worst_case_figures(h, j, unanswered, classes, scale=scale, **opts)
     judge_pos = (j == top).astype(np.float64)
     human_pos = (h == top).astype(np.float64)
     out["verbosity"] = {**verbosity_slope([words(it.judged_text) for it, _ in used], judge_pos, h, **opts),
@@ -599,13 +619,17 @@ class Floor:
     """The floor a judge's validation record must meet before its metrics may decide a gate (spec §11.1):
     on the intervals, not the points — the lower end of the kappa CI at least ``min_kappa`` and the lower end
     of every class's recall CI at least ``min_class_recall`` — over at least ``min_items`` compared items with
-    at least ``min_per_class`` human labels in every class (the seed labels 100-200 items by hand; a class
-    of fewer than 10 items gives a recall interval too wide to rest a gate on; the seed's worked example has 12 failures in 100)."""
+    at least ``min_per_class`` labels in every class (the seed labels 100-200 items by hand; a class of fewer
+    than 10 items gives a recall interval too wide to rest a gate on; the seed's worked example has 12
+    failures in 100). Labels made by a model or a script (``labelled_by: automated``) measure agreement with
+    that annotator, not with people (spec §11.1: validated against human labels), so they earn the floor only
+    when ``allow_automated`` says so."""
 
     min_kappa: float = 0.6
     min_class_recall: float = 0.5
     min_per_class: int = 10
     min_items: int = 100
+    allow_automated: bool = False
 
     def check(self, record: dict | None) -> tuple[bool, str]:
         """(meets, why): ``why`` names the record and the first rule it breaks, or every figure it meets."""
@@ -625,19 +649,29 @@ class Floor:
                            f"{self.min_per_class} per class ({where})")
         kappa = fig.get("kappa") or {"value": record.get("kappa"), "ci_low": record.get("kappa_low"),
                                      "ci_high": record.get("kappa_high")}
+        worst = fig.get("worst_case")
+        counted = ""
+        if worst:
+            # the judge left items unanswered: the floor reads the figures that count them as wrong
+            kappa, per_class = worst["kappa"], worst["per_class"]
+            counted = f" counting the judge's {worst['judge_unanswered']} unanswered item(s) as wrong"
         lo = _num(kappa.get("ci_low"))
         if lo is None:
-            return False, f"kappa {_interval(kappa)}: no interval ({where})"
+            return False, f"kappa{counted} {_interval(kappa)}: no interval ({where})"
         if lo < self.min_kappa:
-            return False, f"kappa {_interval(kappa)}: lower bound {lo:.3f} < {self.min_kappa:g} ({where})"
+            return False, f"kappa{counted} {_interval(kappa)}: lower bound {lo:.3f} < {self.min_kappa:g} ({where})"
         for c in per_class:
             r_lo = _num((c.get("recall") or {}).get("ci_low"))
             if r_lo is None or r_lo < self.min_class_recall:
-                return False, (f"recall of class {c['label']} {_interval(c.get('recall'))}: lower bound "
+                return False, (f"recall of class {c['label']}{counted} {_interval(c.get('recall'))}: lower bound "
                                f"{'undefined' if r_lo is None else f'{r_lo:.3f}'} < {self.min_class_recall:g} "
                                f"({where})")
-        return True, (f"kappa {_interval(kappa)} and every class recall at or above the floor at the lower bound "
-                      f"({where})")
+        if record.get("labelled_by") == "automated" and not self.allow_automated:
+            return False, (f"kappa {_interval(kappa)} is agreement with automated labels, not with people: a "
+                           f"validation on them does not earn the floor unless the policy allows automated labels "
+                           f"({where})")
+        return True, (f"kappa{counted} {_interval(kappa)} and every class recall at or above the floor at the lower "
+                      f"bound ({where})")
 
     def label_set_problem(self, counts: dict[str, int]) -> str | None:
         """Why a label set with these per-class counts (on the scale validated) cannot earn the floor, or None:
