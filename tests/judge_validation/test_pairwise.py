@@ -331,7 +331,7 @@ def test_validate_pairwise_kappa_matches_scikit_learn_and_the_floor_marks_the_cl
     assert section["kappa"] == record["figures"]["kappa"] and section["classes"] == ["a", "tie", "b"]
     assert all("undefined" in figures[k] for k in ("verbosity", "self_preference", "calibration"))
     # automated labels never earn the default floor; allowed by the policy, the intervals decide
-    assert ok is False and "agreement with automated labels, not with people" in why
+    assert ok is False and "the labels are automated (a model or a script), not people's" in why
     assert Floor(allow_automated=True).check(record)[0] is (
         figures["kappa"]["ci_low"] >= 0.6 and all(c["recall"]["ci_low"] >= 0.5 for c in figures["per_class"]))
     # a rerun is answered from the store

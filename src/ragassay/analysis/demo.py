@@ -1,8 +1,10 @@
 """The embedded default: four configurations on the bundled license corpus, compared, gated, reported.
 
-Before the comparisons the demo validates its local judge on the bundled calibration set (spec §11.1) and
-judges every run's answers with it, so faithfulness rows exist and every place that shows them also shows
-whether the judge behind them met the gate floor.
+Before the comparisons the demo validates its local judge on two judgement kinds (spec §11.1: support on the
+bundled calibration set, citation support on the bundled citation example), measures a lexical → embedding
+cascade on the calibration set (what it saves against the embedding judge alone), and judges every run's
+answers with the lexical judge, so faithfulness and the citation metrics exist and every place that shows them
+also shows whether the record behind them met the gate floor.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ ANALYSIS_RESAMPLES = 2_000
 # The judge the demo validates and then scores every run with: the lexical one needs no model and judges the
 # 249 calibration items in about 0.1 s, so the demo can show a real validation without a network.
 DEMO_JUDGE = {"provider": "local", "model": "lexical", "metrics": ["faithfulness"]}
+# The cascade the demo measures on the calibration set: the lexical judge as tier 1, the embedding judge as
+# tier 2 (both local: the saving is in time, since neither costs money).
+DEMO_TIER2 = {"provider": "local", "model": "embedding", "metrics": ["faithfulness"]}
+# The kinds the demo validates its judge on: a local judge can judge support and citation support.
+DEMO_KINDS = ("support", "citation")
 
 
 def demo_config_dir() -> Path:
@@ -57,7 +64,8 @@ class DemoResult:
     attribution: dict | None
     report: Path | None
     timings: dict[str, float] = field(default_factory=dict)
-    # the judge's validation summary (:func:`judge_validation_summary`) and per-run judge metric statuses
+    # the judge's validation summary (:func:`judge_validation_summary`) and per-run judge metric statuses;
+    # ``kinds`` the summary of each kind validated, ``cascade`` the cascade's measured figures
     judge_validation: dict | None = None
 
 
@@ -92,27 +100,54 @@ def demo_judge_config():
     return JudgeConfig(**DEMO_JUDGE)
 
 
-def validate_demo_judge(st, cfg, *, n_resamples: int = ANALYSIS_RESAMPLES, seed: int = 0) -> dict:
-    """Validate ``cfg``'s judge on the bundled calibration set, store the record and return it with its
-    ``validation_id``, ``meets_floor`` and ``floor_detail`` (the default floor, as `gate` applies it)."""
+def validate_demo_judge(st, cfg, *, kind: str = "support", n_resamples: int = ANALYSIS_RESAMPLES,
+                        seed: int = 0) -> dict:
+    """Validate ``cfg``'s judge on the bundled labels of ``kind`` (the calibration set for support, the
+    bundled example otherwise), store the record and return it with its ``validation_id``, ``meets_floor``
+    and ``floor_detail`` (the default floor, as `gate` applies it)."""
     from ragassay.errors import InputError
-    from ragassay.judges.labels import bundled_labels, load_labels
-    from ragassay.judges.validate import Floor, run_judge, validate_judgements, validation_record
+    from ragassay.judges.kinds import run_kind
+    from ragassay.judges.labels import default_labels, load_labels
+    from ragassay.judges.validate import Floor, validate_judgements, validation_record
 
-    path = bundled_labels()
+    path = default_labels(kind)
     if path is None:
-        raise InputError("this ragassay ships no bundled judge calibration set (data/judge_calibration/); "
-                         "reinstall the package")
-    labels = load_labels(path)
-    judged, calls = run_judge(cfg, labels.items, st)
-    figures = validate_judgements(labels.items, judged, n_resamples=n_resamples, seed=seed)
-    record = validation_record(cfg.pins(), labels, figures, calls=calls)
+        raise InputError(f"this ragassay ships no bundled {kind} labels (data/judge_calibration/, "
+                         "data/judge_examples/); reinstall the package")
+    labels = load_labels(path, kind)
+    judged, calls = run_kind(cfg, kind, labels.items, st)
+    figures = validate_judgements(labels.items, judged, kind=kind, n_resamples=n_resamples, seed=seed)
+    record = validation_record(cfg.pins(), labels, figures, calls=calls, kind=kind)
     record["validation_id"] = st.record_judge_validation(record)
     floor = Floor()
     record["meets_floor"], record["floor_detail"] = floor.check(record)
     record["floor"] = {"min_kappa": floor.min_kappa, "min_class_recall": floor.min_class_recall,
                        "min_per_class": floor.min_per_class, "min_items": floor.min_items}
     return record
+
+
+def demo_cascade(st, *, n_resamples: int = ANALYSIS_RESAMPLES, seed: int = 0) -> dict:
+    """The lexical → embedding cascade on the calibration set (``judge validate --judge embedding.yaml
+    --tier1 lexical.yaml``): tier 1 and tier 2 alone and the cascade against the labels on the report split,
+    the share escalated, and the time it saves against tier 2 on every item, each with a CI. Stored as the
+    embedding judge's validation record with its ``cascade`` figures."""
+    from ragassay.judges.cascade import cascade_figures
+    from ragassay.judges.config import JudgeConfig
+    from ragassay.judges.labels import default_labels, load_labels
+    from ragassay.judges.validate import run_judge, validate_judgements, validation_record
+
+    tier1, tier2 = demo_judge_config(), JudgeConfig(**DEMO_TIER2)
+    labels = load_labels(default_labels("support"))
+    judged2, calls = run_judge(tier2, labels.items, st)
+    judged1, _ = run_judge(tier1, labels.items, st)
+    figures = validate_judgements(labels.items, judged2, n_resamples=n_resamples, seed=seed)
+    cascade = cascade_figures(labels.items, judged1, judged2, n_resamples=n_resamples, seed=seed)
+    cascade["tier1"] = tier1.pins()["judge_model"]
+    record = validation_record(tier2.pins(), labels, figures, calls=calls, cascade=cascade)
+    record["validation_id"] = st.record_judge_validation(record)
+    return {"validation_id": record["validation_id"], "tier1": cascade["tier1"], "tier2": record["judge_model"],
+            **{k: cascade.get(k) for k in ("n_report", "tiers", "kappa_cascade_minus_tier2", "escalated", "routes",
+                                           "cost", "latency", "band", "undefined")}}
 
 
 def judge_demo_runs(st, run_ids: dict[str, str], traces_dir: Path, golden, corpus, cfg) -> dict[str, dict]:
@@ -152,6 +187,7 @@ def judge_validation_summary(record: dict) -> dict:
     f = record["figures"]
     return {
         "validation_id": record.get("validation_id"), "judge_model": record["judge_model"],
+        "kind": record["kind"], "metrics": record["metrics"], "label_set": record["label_set"],
         "rubric_sha": record["rubric_sha"], "label_set_version": record["label_set_version"],
         "n_items": record["n_items"], "n": record["n"], "excluded": f["excluded"], "scale": f["scale"],
         "passes_kappa": record["passes_kappa"], "kappa": f["kappa"], "agreement": f["agreement"],
@@ -221,11 +257,16 @@ def run_demo(out: str | Path = "ragassay-demo", *, n_resamples: int = 10_000, co
         # the tables carry faithfulness with its validation status
         t = time.perf_counter()
         cfg = demo_judge_config()
-        record = validate_demo_judge(st, cfg)
+        records = {kind: validate_demo_judge(st, cfg, kind=kind) for kind in DEMO_KINDS}
+        record = records["support"]
+        cascade = demo_cascade(st)
         means = judge_demo_runs(st, run_ids, out / "traces", golden, corpus, cfg)
         statuses = judge_metric_statuses(st, run_ids, sorted({m for v in means.values() for m in v}))
         judge_info = {"summary": judge_validation_summary(record), "statuses": statuses,
-                      "section": judge_validation_section(record, statuses, means)}
+                      "kinds": {k: judge_validation_summary(r) for k, r in records.items()}, "cascade": cascade,
+                      "section": {**judge_validation_section(record, statuses, means),
+                                  "kinds": [judge_validation_summary(r) for r in records.values()],
+                                  "cascade": cascade}}
         timings["judge"] = time.perf_counter() - t
         for name, run_id in run_ids.items():
             summaries[name] = stored_run_summary(st, run_id)

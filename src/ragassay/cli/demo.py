@@ -135,28 +135,56 @@ def _attribution_table(att: dict) -> Table:
     return t
 
 
+_LABELS = {"support": "the bundled calibration set", "citation": "the bundled citation example"}
+
+
 def _judge_block(v: dict) -> list[Text]:
-    """The judge-validation lines: what was validated on what, kappa and per-class recall with their CIs,
-    and the floor verdict that decides how faithfulness is shown."""
+    """The judge-validation lines of one kind: what was validated on what, kappa and per-class recall with
+    their CIs, and the floor verdict that decides how the metrics it speaks for are shown."""
     left = ", ".join(f"{k} {n}" for k, n in v["excluded"].items())
     passes = v["passes_kappa"]
+    kind = v.get("kind", "support")
     lines = [
-        Text(f"judge {v['judge_model']} validated on the bundled calibration set (version "
-             f"{v['label_set_version'][:12]}): {v['n']} of {v['n_items']} items compared"
-             + (f" ({left} left out)" if left else "") + f", {v['scale']} scale, {v['n_resamples']:,} resamples"
+        Text(f"{kind}: judge {v['judge_model']} validated on {_LABELS.get(kind, v.get('label_set'))} (version "
+             f"{v['label_set_version'][:12]}, labelled by: {v.get('labelled_by') or 'unstated'}): {v['n']} of "
+             f"{v['n_items']} items compared" + (f" ({left} left out)" if left else "")
+             + f", {v['scale']} scale, {v['n_resamples']:,} resamples"
              + (f"; its two blind annotation passes (automated annotators, not people; see "
                 f"data/judge_calibration/README.md) agree at kappa {passes:.3f}" if passes is not None else "")),
-        Text(f"kappa {_est(v['kappa'], False)}, agreement {_est(v['agreement'], False)}; recall "
+        Text(f"  kappa {_est(v['kappa'], False)}, agreement {_est(v['agreement'], False)}; recall "
              + ", ".join(f"{c} {_est(r, False)}" for c, r in v["recall"].items())),
     ]
-    floor = f"kappa ≥ {v['floor']['min_kappa']:g}, every class recall ≥ {v['floor']['min_class_recall']:g}"
+    fl = v["floor"]
+    floor = (f"at the lower end of each interval kappa ≥ {fl['min_kappa']:g} and every class recall ≥ "
+             f"{fl['min_class_recall']:g}, over ≥ {fl['min_items']} items and {fl['min_per_class']} per class, "
+             "on labels given by people")
+    speaks = ", ".join(v.get("metrics") or ())
     if v["meets_floor"]:
-        lines.append(Text(f"meets the gate floor ({floor}): {v['floor_detail']}; its metrics are shown as "
-                          "validated"))
+        lines.append(Text(f"  meets the gate floor ({floor}): {v['floor_detail']}; {speaks} shown as validated"))
     else:
-        lines.append(Text(f"does NOT meet the gate floor ({floor}): {v['floor_detail']}; faithfulness and the "
-                          "other metrics it scores are shown as unvalidated and cannot pass or fail a gate"))
+        lines.append(Text(f"  does NOT meet the gate floor ({floor}): {v['floor_detail']}; {speaks} shown as "
+                          "unvalidated: they cannot pass or fail a gate"))
     return lines
+
+
+def _share(s: dict) -> str:
+    if not s.get("defined") or s.get("value") is None:
+        return "undefined"
+    return f"{s['value']:.0%} [{s['ci_low']:.0%}, {s['ci_high']:.0%}]"
+
+
+def _cascade_line(c: dict) -> Text:
+    """The cascade's measured saving: agreement of each tier and of the cascade, the share escalated, and the
+    time saved against tier 2 on every item (the tiers are local: neither costs money)."""
+    if c.get("undefined"):
+        return Text(f"cascade {c['tier1']} → {c['tier2']}: undefined ({c['undefined']})")
+    t, lat = c["tiers"], c["latency"]
+    saved = (f"time saved {_share(lat['saved'])} against {c['tier2']} on every item "
+             f"({lat['cascade_ms']:.0f} vs {lat['tier2_alone_ms']:.0f} ms)" if "saved" in lat
+             else f"time saved undefined ({lat.get('undefined')})")
+    return Text(f"cascade {c['tier1']} → {c['tier2']} on the calibration set's report split (n {c['n_report']}): "
+                f"kappa {_est(t['cascade']['kappa'], False)} vs tier 1 {_est(t['tier1']['kappa'], False)}, tier 2 "
+                f"{_est(t['tier2']['kappa'], False)}; escalated {_share(c['escalated'])}; {saved}")
 
 
 def demo_json(res) -> dict:
@@ -167,6 +195,8 @@ def demo_json(res) -> dict:
             "oracle_ladder": res.ladder, "decomposition": res.decomposition,
             "attribution": res.attribution, "report": str(res.report) if res.report else None,
             "judge_validation": {"validation": res.judge_validation["summary"],
+                                 "kinds": res.judge_validation["kinds"],
+                                 "cascade": res.judge_validation["cascade"],
                                  "statuses": res.judge_validation["statuses"]},
             "timings_s": res.timings}
 
@@ -199,8 +229,10 @@ def demo(
                   f"four configurations")
     print_manifest_summary(res.golden.manifest)
     console.print("\n[bold]judge validation[/] (spec §11.1):")
-    for line in _judge_block(res.judge_validation["summary"]):
-        console.print(line)
+    for summary in res.judge_validation["kinds"].values():
+        for line in _judge_block(summary):
+            console.print(line)
+    console.print(_cascade_line(res.judge_validation["cascade"]))
     console.print(_stage_table(res.summaries))
     console.print(_strata_table(res.summaries))
     for comp in res.comparisons:

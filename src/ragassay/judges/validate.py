@@ -667,9 +667,9 @@ class Floor:
                                f"{'undefined' if r_lo is None else f'{r_lo:.3f}'} < {self.min_class_recall:g} "
                                f"({where})")
         if record.get("labelled_by") == "automated" and not self.allow_automated:
-            return False, (f"kappa {_interval(kappa)} is agreement with automated labels, not with people: a "
-                           f"validation on them does not earn the floor unless the policy allows automated labels "
-                           f"({where})")
+            return False, (f"the labels are automated (a model or a script), not people's: kappa {_interval(kappa)} "
+                           "is agreement with that annotator and does not earn the floor unless the policy allows "
+                           f"automated labels ({where})")
         return True, (f"kappa{counted} {_interval(kappa)} and every class recall at or above the floor at the lower "
                       f"bound ({where})")
 

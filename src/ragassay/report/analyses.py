@@ -320,4 +320,32 @@ def judge_validation_view(j: object) -> dict | None:
                      "mean": fmt.num(_n(m.get("mean"), f"{p}.metrics[{i}].mean")), "status": str(m.get("status", "")),
                      "reason": str(m.get("reason", ""))}
                     for i, m in enumerate(_maps(j.get("metrics", []), f"{p}.metrics"))],
+        "kinds": [{"kind": str(k.get("kind", "")), "labels": str(k.get("label_set") or ""),
+                   "labeller": _labeller(k.get("labelled_by")), "n": fmt.num(_n(k.get("n"), f"{p}.kinds[{i}].n")),
+                   "kappa": _stat(k.get("kappa"), f"{p}.kinds[{i}].kappa"),
+                   "metrics": ", ".join(str(m) for m in _seq(k.get("metrics") or [], f"{p}.kinds[{i}].metrics")),
+                   "status": "validated" if k.get("meets_floor") else "unvalidated",
+                   "detail": str(k.get("floor_detail", ""))}
+                  for i, k in enumerate(_maps(j.get("kinds", []), f"{p}.kinds"))],
+        "cascade": _cascade_view(j.get("cascade"), f"{p}.cascade"),
     }
+
+
+def _cascade_view(c: object, p: str) -> dict | None:
+    """A cascade's measured figures (tier 1 → tier 2 on the report split): each tier's and the cascade's
+    kappa, the share escalated, and the cost and time saved against tier 2 alone, each with its CI."""
+    if c is None:
+        return None
+    c = _map(c, p)
+    if c.get("undefined"):
+        return {"tier1": str(c.get("tier1", "")), "tier2": str(c.get("tier2", "")), "undefined": str(c["undefined"])}
+    tiers = _map(c.get("tiers") or {}, f"{p}.tiers")
+    lat, cost = _map(c.get("latency") or {}, f"{p}.latency"), _map(c.get("cost") or {}, f"{p}.cost")
+    return {"tier1": str(c.get("tier1", "")), "tier2": str(c.get("tier2", "")), "undefined": None,
+            "n": fmt.num(_n(c.get("n_report"), f"{p}.n_report")),
+            "kappa": {t: _stat(_map(tiers.get(t) or {}, f"{p}.tiers.{t}").get("kappa"), f"{p}.tiers.{t}.kappa")
+                      for t in ("tier1", "tier2", "cascade")},
+            "escalated": _stat(c.get("escalated"), f"{p}.escalated"),
+            "time_saved": _stat(lat["saved"], f"{p}.latency.saved") if "saved" in lat else None,
+            "time_undefined": str(lat.get("undefined") or ""),
+            "cost_saved": _stat(cost.get("saved"), f"{p}.cost.saved")}
