@@ -372,17 +372,24 @@ def load_labels(path: str | Path, kind: str = "support", *, criteria: Sequence[s
             items.append(item)
     if kind == "nuggets":
         _nugget_groups(items, p, problems)
-    refuse_copies(items, p, problems)
+    items, version = settle(items, p, problems, "labels", "labelled items")
+    return LabelSet(str(p), version, tuple(items), kind)
+
+
+def settle(items: list, path: Path, problems: list[str], what: str, things: str) -> tuple[list, str]:
+    """The end of every label loader: copies refused (:func:`refuse_copies`), every problem raised at once
+    (nothing partial), then the items sorted by item_id and the label-set version, sha256 over them."""
+    refuse_copies(items, path, problems)
     if not problems and not items:
-        problems.append(f"{p}: no labelled items; write one JSON object per line")
+        problems.append(f"{path}: no {things}; write one JSON object per line")
     if problems:
         more = f"\n... and {len(problems) - MAX_PROBLEMS} more" if len(problems) > MAX_PROBLEMS else ""
-        raise InputError(f"{p}: {len(problems)} problem(s) in the labels; nothing was validated:\n"
+        raise InputError(f"{path}: {len(problems)} problem(s) in the {what}; nothing was validated:\n"
                          + "\n".join(problems[:MAX_PROBLEMS]) + more)
-    items.sort(key=lambda it: it.item_id)
+    items = sorted(items, key=lambda it: it.item_id)
     blob = json.dumps([{k: v for k, v in asdict(it).items() if k != "line"} for it in items],
                       sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return LabelSet(str(p), hashlib.sha256(blob.encode("utf-8")).hexdigest(), tuple(items), kind)
+    return items, hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 def bundled_labels() -> Path | None:

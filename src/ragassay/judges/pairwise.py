@@ -22,21 +22,26 @@ ordered scale a < tie < b with a linear-weighted kappa.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from ragassay.errors import InputError
-from ragassay.judges.labels import LABELLERS, MAX_PROBLEMS, _read_jsonl, refuse_copies
+from ragassay.judges.labels import LABELLERS, _read_jsonl, settle
 from ragassay.judges.protocol import ItemKey, Judgement, JudgeRequest, Verdict, sha256_text
-from ragassay.judges.validate import DEFAULT_RESAMPLES, Floor, _ci, agreement_figures, worst_case_figures
+from ragassay.judges.validate import (
+    DEFAULT_RESAMPLES,
+    Floor,
+    _ci,
+    agreement_figures,
+    compared_items,
+    worst_case_figures,
+)
 
 KIND = "pairwise"
 SCALE = "preference"
@@ -369,17 +374,8 @@ def load_pairwise_labels(path: str | Path) -> PairwiseLabelSet:
             continue
         items.append(PairwiseItem(iid, obj["question"], obj["answer_a"], obj["answer_b"], label,
                                   obj.get("context"), who, n))
-    refuse_copies(items, p, problems)
-    if not problems and not items:
-        problems.append(f"{p}: no labelled pairs; write one JSON object per line")
-    if problems:
-        more = f"\n... and {len(problems) - MAX_PROBLEMS} more" if len(problems) > MAX_PROBLEMS else ""
-        raise InputError(f"{p}: {len(problems)} problem(s) in the pairwise labels; nothing was validated:\n"
-                         + "\n".join(problems[:MAX_PROBLEMS]) + more)
-    items.sort(key=lambda it: it.item_id)
-    blob = json.dumps([{k: v for k, v in asdict(it).items() if k != "line"} for it in items],
-                      sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return PairwiseLabelSet(str(p), hashlib.sha256(blob.encode("utf-8")).hexdigest(), tuple(items))
+    items, version = settle(items, p, problems, "pairwise labels", "labelled pairs")
+    return PairwiseLabelSet(str(p), version, tuple(items))
 
 
 def bundled_pairwise_labels() -> Path:
@@ -400,20 +396,7 @@ def pairwise_validation_figures(items: Sequence[PairwiseItem], judged: Sequence[
     if len(items) != len(judged):
         raise InputError(f"{len(items)} items but {len(judged)} judgements; judge every item once")
     code = {c: i for i, c in enumerate(CLASSES)}
-    excluded: Counter = Counter()
-    used = []
-    for it, jd in zip(items, judged, strict=True):
-        if it.label == "cannot_tell":
-            excluded["human_cannot_tell"] += 1
-        elif not jd.judged:
-            excluded[jd.reason] += 1
-        else:
-            used.append((it, jd))
-    if not used:
-        reasons = ", ".join(f"{k} {v}" for k, v in sorted(excluded.items()))
-        raise InputError(f"no item could be compared: all {len(items)} were left out ({reasons}); a judge that "
-                         "answers none of the pairs cannot be validated (check the provider and the judge "
-                         "config). Nothing was recorded")
+    used, excluded = compared_items(items, judged, lambda jd: jd.judged, lambda jd: jd.reason, "pairs")
     h = np.array([code[it.label] for it, _ in used], dtype=np.int64)
     j = np.array([code[jd.label] for _, jd in used], dtype=np.int64)
     out: dict[str, Any] = {"scale": SCALE, "n_items": len(items), "n_used": len(used),

@@ -298,6 +298,28 @@ def words(text: str) -> int:
     return len(_WORD.findall(text))
 
 
+def compared_items(items: Sequence, judged: Sequence, answered: Callable[[Any], bool],
+                   reason: Callable[[Any], str], what: str = "items") -> tuple[list[tuple[Any, Any]], Counter]:
+    """(the (item, answer) pairs both a label and the judge decide, the others counted by reason): a human
+    ``cannot_tell`` as ``human_cannot_tell``, an unanswered item by ``reason``. Every item is accounted for;
+    an ``InputError`` when none is left to compare (nothing can be validated)."""
+    excluded: Counter = Counter()
+    used = []
+    for it, jd in zip(items, judged, strict=True):
+        if it.label == "cannot_tell":
+            excluded["human_cannot_tell"] += 1
+        elif not answered(jd):
+            excluded[reason(jd)] += 1
+        else:
+            used.append((it, jd))
+    if not used:
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(excluded.items()))
+        raise InputError(f"no item could be compared: all {len(items)} were left out ({reasons}); a judge that "
+                         f"answers none of the {what} cannot be validated (check the provider, the labels' "
+                         "cannot_tell share, or the judge config). Nothing was recorded")
+    return used, excluded
+
+
 def worst_case_figures(h: np.ndarray, j: np.ndarray, h_unanswered: np.ndarray, classes: Sequence[str], *,
                        scale: str, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                        confidence: float = 0.95) -> dict | None:
@@ -330,20 +352,8 @@ def validate_judgements(items: Sequence[Item], judged: Sequence[Judged], *, kind
         raise InputError(f"{len(items)} items but {len(judged)} judge answers; judge every item once")
     classes, to = KIND_SCALES[kind][scale], KIND_TO[kind][scale]
     code = {c: i for i, c in enumerate(classes)}
-    excluded: Counter = Counter()
-    used = []
-    for it, jd in zip(items, judged, strict=True):
-        if it.label == "cannot_tell":
-            excluded["human_cannot_tell"] += 1
-        elif jd.label is None:
-            excluded[f"judge_{jd.outcome}"] += 1
-        else:
-            used.append((it, jd))
-    if not used:
-        reasons = ", ".join(f"{k} {v}" for k, v in sorted(excluded.items()))
-        raise InputError(f"no item could be compared: all {len(items)} were left out ({reasons}); a judge that "
-                         "answers none of the items cannot be validated (check the provider, the labels' "
-                         "cannot_tell share, or the judge config). Nothing was recorded")
+    used, excluded = compared_items(items, judged, lambda jd: jd.label is not None,
+                                    lambda jd: f"judge_{jd.outcome}")
     h = np.array([code[to[it.label]] for it, _ in used], dtype=np.int64)
     j = np.array([code[to[jd.label]] for _, jd in used], dtype=np.int64)
     top = len(classes) - 1
