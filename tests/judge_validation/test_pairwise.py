@@ -24,6 +24,7 @@ from ragassay.judges.pairwise import (
     bundled_pairwise_labels,
     load_pairwise_labels,
     pairwise_pins,
+    preference_counts,
     preference_figures,
     validate_pairwise,
 )
@@ -267,7 +268,7 @@ def test_bundled_example_file_is_generated_and_meets_the_minimums():
     path = bundled_pairwise_labels()
     assert path.read_text(encoding="utf-8") == make_pairwise_examples.render(make_pairwise_examples.examples())
     ls = load_pairwise_labels(path)
-    counts = ls.counts()
+    counts = preference_counts(ls.items)
     assert len(ls) >= 120 and min(counts.values()) >= 15 and ls.labelled_by() == "automated"
     assert counts == {"a": 48, "tie": 47, "b": 44}  # as docs/judge-validation.md and the folder's README say
     assert all(json.loads(line)["labelled_by"] == "automated" for line in path.read_text().splitlines())

@@ -182,8 +182,10 @@ class LabelSet:
         return "unstated" if kinds == {None} else "mixed"
 
     def passes_kappa(self) -> float | None:
-        """Cohen's kappa between the two annotation passes over items that carry both (None without them)."""
-        pairs = [(it.label_a, it.label_b) for it in self.items if it.label_a and it.label_b]
+        """Cohen's kappa between the two annotation passes over items that carry both (None without them, as
+        for pairwise labels, which have no second pass)."""
+        pairs = [(it.label_a, it.label_b) for it in self.items
+                 if getattr(it, "label_a", None) and getattr(it, "label_b", None)]
         if len(pairs) < 2:
             return None
         from ragassay.stats.agreement import cohen_kappa

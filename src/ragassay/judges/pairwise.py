@@ -32,7 +32,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ragassay.errors import InputError
-from ragassay.judges.labels import LABELLERS, _read_jsonl, settle
+from ragassay.judges.labels import LABELLERS, LabelSet, _read_jsonl, settle
 from ragassay.judges.protocol import ItemKey, Judgement, JudgeRequest, Verdict, sha256_text
 from ragassay.judges.validate import (
     DEFAULT_RESAMPLES,
@@ -290,30 +290,10 @@ class PairwiseItem:
         return Pair(self.item_id, 0, self.question, self.answer_a, self.answer_b, self.context)
 
 
-@dataclass(frozen=True)
-class PairwiseLabelSet:
-    path: str
-    version: str
-    items: tuple[PairwiseItem, ...]
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def labelled_by(self) -> str:
-        """Who labelled the set, from its items: ``human``, ``automated``, ``mixed`` or ``unstated``."""
-        kinds = {it.labelled_by for it in self.items}
-        if kinds == {"human"} or kinds == {"automated"}:
-            return kinds.pop()
-        return "unstated" if kinds == {None} else "mixed"
-
-    def passes_kappa(self) -> None:
-        """Pairwise labels carry no second annotation pass."""
-        return None
-
-    def counts(self) -> dict[str, int]:
-        """Labels per class of the preference scale (cannot_tell left out)."""
-        c = Counter(it.label for it in self.items)
-        return {k: c.get(k, 0) for k in CLASSES}
+def preference_counts(items) -> dict[str, int]:
+    """Labels per class of the preference scale a < tie < b (cannot_tell left out)."""
+    c = Counter(it.label for it in items)
+    return {k: c.get(k, 0) for k in CLASSES}
 
 
 def _norm_label(v) -> str | None:
@@ -327,7 +307,7 @@ def _text(v) -> bool:
     return isinstance(v, str) and bool(v.strip())
 
 
-def load_pairwise_labels(path: str | Path) -> PairwiseLabelSet:
+def load_pairwise_labels(path: str | Path) -> LabelSet:
     """Read and check a pairwise labels file (one JSON object per line: item_id, question, optional context,
     answer_a, answer_b, label a | b | tie | cannot_tell, optional labelled_by human | automated, optional kind
     "pairwise"). Every problem is one ``file:line: message`` (up to 20) and nothing is returned partially.
@@ -375,7 +355,7 @@ def load_pairwise_labels(path: str | Path) -> PairwiseLabelSet:
         items.append(PairwiseItem(iid, obj["question"], obj["answer_a"], obj["answer_b"], label,
                                   obj.get("context"), who, n))
     items, version = settle(items, p, problems, "pairwise labels", "labelled pairs")
-    return PairwiseLabelSet(str(p), version, tuple(items))
+    return LabelSet(str(p), version, tuple(items), KIND)
 
 
 def bundled_pairwise_labels() -> Path:
@@ -428,7 +408,7 @@ def pairwise_validation_figures(items: Sequence[PairwiseItem], judged: Sequence[
 
 def validate_pairwise(cfg, labels_path: str | Path, store, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                       confidence: float = 0.95, floor: Floor | None = None
-                      ) -> tuple[dict, dict, PairwiseLabelSet]:
+                      ) -> tuple[dict, dict, LabelSet]:
     """Validate a pairwise judge against labelled pairs: (figures, call accounting, label set).
 
     Refused before any call (``InputError``): a local judge, bad labels, and a label set that cannot earn
@@ -443,7 +423,7 @@ def validate_pairwise(cfg, labels_path: str | Path, store, *, n_resamples: int =
     pins = pairwise_pins(cfg)
     label_set = load_pairwise_labels(labels_path)
     floor = floor or Floor()
-    counts = label_set.counts()
+    counts = preference_counts(label_set.items)
     problem = floor.label_set_problem(counts)
     if problem:
         shown = ", ".join(f"{c} {n}" for c, n in counts.items())
@@ -478,7 +458,7 @@ def matching_pairwise_validation(store, pins: dict, floor: Floor | None = None) 
 
 
 __all__ = ["CLASSES", "ITEM_AB", "ITEM_BA", "KIND", "PROMPT_SHA", "RUBRIC", "RUBRIC_SHA", "SCALE", "TEMPLATE",
-           "Pair", "PairJudgement", "PairwiseItem", "PairwiseLabelSet", "PairwiseVerdict", "bundled_pairwise_labels",
+           "Pair", "PairJudgement", "PairwiseItem", "PairwiseVerdict", "preference_counts", "bundled_pairwise_labels",
            "call_counts", "cluster_mean", "golden_context", "judge_pairs", "load_pairwise_labels",
            "matching_pairwise_validation", "pair_requests", "pairwise_pins", "pairwise_validation_figures",
            "position_bias", "preference_figures", "validate_pairwise"]
