@@ -361,14 +361,9 @@ def load_labels(path: str | Path, kind: str = "support", *, criteria: Sequence[s
             problems.append(f"{where}: unknown field(s) {unknown}; allowed for kind {kind}: "
                             f"{sorted(known - set(_PASS_ALIASES))}")
             continue
-        iid = obj.get("item_id")
-        if not isinstance(iid, str) or not iid.strip():
-            problems.append(f"{where}: item_id must be a non-empty string")
+        iid = item_id(obj, where, n, seen, problems)
+        if iid is None:
             continue
-        if iid in seen:
-            problems.append(f"{where}: item_id {iid!r} repeats line {seen[iid]}; give each item once")
-            continue
-        seen[iid] = n
         item = _item(kind, obj, {**side.get(iid, {}), **obj}, n, where, criteria, bool(side), problems)
         if item is not None:
             items.append(item)
@@ -376,6 +371,19 @@ def load_labels(path: str | Path, kind: str = "support", *, criteria: Sequence[s
         _nugget_groups(items, p, problems)
     items, version = settle(items, p, problems, "labels", "labelled items")
     return LabelSet(str(p), version, tuple(items), kind)
+
+
+def item_id(obj: dict, where: str, line: int, seen: dict[str, int], problems: list[str]) -> str | None:
+    """A line's item_id, or None with its problem: missing or empty, or repeating an earlier line's."""
+    iid = obj.get("item_id")
+    if not isinstance(iid, str) or not iid.strip():
+        problems.append(f"{where}: item_id must be a non-empty string")
+        return None
+    if iid in seen:
+        problems.append(f"{where}: item_id {iid!r} repeats line {seen[iid]}; give each item once")
+        return None
+    seen[iid] = line
+    return iid
 
 
 def settle(items: list, path: Path, problems: list[str], what: str, things: str) -> tuple[list, str]:

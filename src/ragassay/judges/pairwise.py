@@ -32,7 +32,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ragassay.errors import InputError
-from ragassay.judges.labels import LABELLERS, LabelSet, _read_jsonl, settle
+from ragassay.judges.labels import LABELLERS, LabelSet, _read_jsonl, item_id, settle
 from ragassay.judges.protocol import ItemKey, Judgement, JudgeRequest, Verdict, sha256_text
 from ragassay.judges.validate import (
     DEFAULT_RESAMPLES,
@@ -326,14 +326,9 @@ def load_pairwise_labels(path: str | Path) -> LabelSet:
             hint = " (a support label file? this one holds pairs)" if "claim" in unknown else ""
             problems.append(f"{where}: unknown field(s) {unknown}; allowed: {sorted(_KNOWN)}{hint}")
             continue
-        iid = obj.get("item_id")
-        if not _text(iid):
-            problems.append(f"{where}: item_id must be a non-empty string")
+        iid = item_id(obj, where, n, seen, problems)
+        if iid is None:
             continue
-        if iid in seen:
-            problems.append(f"{where}: item_id {iid!r} repeats line {seen[iid]}; give each item once")
-            continue
-        seen[iid] = n
         bad = [f for f in ("question", "answer_a", "answer_b") if not _text(obj.get(f))]
         if obj.get("context") is not None and not _text(obj["context"]):
             bad.append("context (when given)")
