@@ -161,4 +161,4 @@ def test_otel_unknown_question_is_a_problem_not_a_guess(golden, corpus):
     _, traces, problems = traces_from_spans(memory.get_finished_spans(), corpus, golden)
     assert [t.query_id for t in traces] == [golden.queries[0].query_id]
     assert traces[0].outcome == "abstained"
-    assert len(problems) == 1 and "not in the golden set" in problems[0].message
+    assert len(problems) == 1 and "matches no golden question" in problems[0].message

@@ -314,9 +314,13 @@ def test_ragas_missing_file_is_an_error(tmp_path):
     ids=["row-not-dict", "no-contexts-key", "ambiguous", "unlocatable"],
 )
 def test_ragas_unusable_rows_and_contexts_are_counted_problems(row, problem, meta):
+    if meta is None:
+        # a row that cannot become a trace is counted, and a file of nothing but such rows is refused
+        _, traces, problems = traces_from_ragas_rows([row, {"question": "q", "contexts": []}], RAGAS_CORPUS)
+        assert problems[0] == (1, problem) and len(traces) == 1
+        with pytest.raises(InputError, match="none of its 1 row"):
+            traces_from_ragas_rows([row], RAGAS_CORPUS)
+        return
     _, traces, problems = traces_from_ragas_rows([row], RAGAS_CORPUS)
     assert problems == [(1, problem)]
-    if meta is None:
-        assert traces == []
-    else:
-        assert traces[0].meta == meta and traces[0].packed == []
+    assert traces[0].meta == meta and traces[0].packed == []

@@ -1,1 +1,2 @@
-"""Importers for other tools' formats: BEIR datasets (corpus + golden set) and OpenTelemetry spans (traces)."""
+"""Importers for other tools' formats: BEIR datasets (corpus + golden set), OpenTelemetry spans and DeepEval test
+cases (traces)."""

@@ -9,6 +9,10 @@ relevant). Each label's quote is the document's whole canonical text, which reso
 Only queries with at least one judgement in the split are kept (BEIR evaluates no others); a query whose
 judgements are all 0 is a negative query. Written with the golden builder, so the usual manifest, content
 version and atomic folder swap apply.
+
+BEIR reports nDCG as pytrec_eval computes trec_eval's ``ndcg_cut``: linear gain (a document of grade g gains
+g, not 2^g - 1). The manifest records it, ``generator.gain`` = ``linear`` (:data:`BEIR_GAIN`); ragassay
+scores with exponential gain unless told ``--gain linear``, which gives BEIR-comparable nDCG.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from ragassay.fsio import atomic_write_bytes, check_output_dir, make_dir, mark_o
 
 OUTPUT_KIND = "beir-import"
 STRATUM = "beir"
+BEIR_GAIN = "linear"  # BEIR's nDCG: pytrec_eval's ndcg_cut, gain = grade
 
 
 def _jsonl(path: Path, need: tuple[str, ...]) -> list[tuple[int, dict]]:
@@ -99,8 +104,9 @@ def import_beir(src: str | Path, out: str | Path, *, split: str = "test", name: 
     atomic_write_bytes(out / "corpus.jsonl", ("\n".join(lines) + "\n").encode("utf-8"))
     corpus = load_corpus(out / "corpus.jsonl")
     meta = {"type": "meta", "dataset": name or src.name, "hit_rule": "doc", "relevance_threshold": 1,
-            "description": f"BEIR {src.name} ({split} split), document-level labels",
-            "generator": {"kind": "beir-import", "split": split}}
+            "description": f"BEIR {src.name} ({split} split), document-level labels; BEIR's nDCG uses "
+                           f"{BEIR_GAIN} gain (score with --gain {BEIR_GAIN} to compare)",
+            "generator": {"kind": "beir-import", "split": split, "gain": BEIR_GAIN}}
     authored = [json.dumps(meta, ensure_ascii=False)]
     for _, q in queries:
         judged = qrels.get(q["_id"])

@@ -5,10 +5,12 @@
   ``error`` trace.
 * :func:`traces_from_jsonl`: a trace file written by any system (see :mod:`ragassay.trace.io`); its ranked
   lists get the run checks of ``ragassay trec``.
-* :func:`traces_from_ragas_rows`: RAGAS-style rows (question, contexts, answer, ground_truth); each context
+* :func:`traces_from_ragas_rows`: RAGAS rows in the column names of RAGAS 0.2 and later or of earlier
+  versions, matched to golden queries by query id or question text (:class:`QuestionMatcher`); each context
   string is located in the corpus (exact match on canonicalized text first, then rapidfuzz
-  ``partial_ratio_alignment`` at a threshold); unlocatable and ambiguous contexts are counted and reported
-  per row, wrong types are errors.
+  ``partial_ratio_alignment`` at a threshold); unmatched rows and unlocatable and ambiguous contexts are
+  counted and reported per row, wrong types are errors. :func:`traces_from_rows` is its engine, shared with
+  the DeepEval importer.
 * :func:`traces_from_trec_run`: a TREC run file (``qid Q0 docid rank score tag``) as retrieval-only
   traces of whole documents, ordered like trec_eval (score descending, then docid descending), read and
   checked by the same code as ``ragassay trec``.
@@ -22,6 +24,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -217,19 +220,21 @@ def _check_text_file(path: Path, expected: str) -> str:
     return text
 
 
-def _load_rows(rows: str | Path | Sequence[dict]) -> tuple[str, list[Any]]:
-    """(name for messages, the rows) from a list of dicts or a .json (rows or columns) / .jsonl file."""
+def load_rows(rows: str | Path | Sequence[dict], what: str = "RAGAS rows",
+               columns: bool = True) -> tuple[str, list[Any]]:
+    """(name for messages, the rows) from a list of dicts, a pandas DataFrame, or a .json file (a list of rows;
+    with ``columns`` also an object of columns) or .jsonl file (one row a line)."""
     if not isinstance(rows, (str, Path)):
         if hasattr(rows, "columns") and hasattr(rows, "to_dict"):  # a pandas DataFrame, e.g. RAGAS' to_pandas()
             return "rows", rows.to_dict(orient="records")
         if isinstance(rows, (dict, bytes)) or not isinstance(rows, Iterable):
-            raise InputError(
-                f"RAGAS rows must be a list of dicts or a path, got {type(rows).__name__}; for columns "
-                "({'question': [...], ...}) write them to a .json file or pass a list of rows"
-            )
+            hint = ("; for columns ({'question': [...], ...}) write them to a .json file or pass a list of rows"
+                    if columns else "")
+            raise InputError(f"{what} must be a list of dicts or a path, got {type(rows).__name__}{hint}")
         return "rows", list(rows)
     path = Path(rows)
-    text = _check_text_file(path, "RAGAS rows (a JSON list, a JSON object of columns, or JSON lines)")
+    text = _check_text_file(path, f"{what} (a JSON list{', a JSON object of columns' if columns else ''} or "
+                                  "JSON lines)")
     if path.suffix == ".jsonl":
         out = []
         for n, line in enumerate(text.splitlines(), 1):
@@ -243,7 +248,7 @@ def _load_rows(rows: str | Path | Sequence[dict]) -> tuple[str, list[Any]]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-    if isinstance(data, dict):  # column-oriented export: {"question": [...], "contexts": [...], ...}
+    if isinstance(data, dict) and columns:  # column-oriented export: {"question": [...], "contexts": [...], ...}
         not_lists = [k for k, v in data.items() if not isinstance(v, list)]
         if not_lists:
             raise InputError(
@@ -259,9 +264,8 @@ def _load_rows(rows: str | Path | Sequence[dict]) -> tuple[str, list[Any]]:
         keys = list(data)
         return str(path), [dict(zip(keys, vals, strict=True)) for vals in zip(*data.values(), strict=True)]
     if not isinstance(data, list):
-        raise InputError(
-            f"{path}: expected a JSON list of rows or an object of columns, got {type(data).__name__}"
-        )
+        raise InputError(f"{path}: expected a JSON list of rows{' or an object of columns' if columns else ''}, "
+                         f"got {type(data).__name__}")
     return str(path), data
 
 
@@ -298,6 +302,132 @@ def locate(context: str, corpus: Any, threshold: float = 90.0) -> list[tuple[str
     return [f for f in found if f[3] == best]
 
 
+def check_threshold(threshold: Any) -> float:
+    """The fuzzy placement threshold of :func:`locate`, checked: a rapidfuzz ``partial_ratio`` score, a
+    percentage with 0 < threshold <= 100 (0 would place any text somewhere; above 100 nothing fuzzy)."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 100:
+        raise InputError(f"threshold {threshold!r} is out of range: it is the least rapidfuzz partial_ratio score "
+                         "(a percentage, more than 0 and at most 100) at which a context not found verbatim is "
+                         "placed; the default is 90")
+    return float(threshold)
+
+
+def question_key(text: str) -> str:
+    """The form in which an imported question is compared with the golden questions: the corpus
+    canonicalization (invisible characters removed, newlines unified, NFC), then every run of whitespace,
+    newlines included, folded to one space and the ends trimmed. Case and punctuation count."""
+    from ragassay.corpus import canonicalize
+
+    return " ".join(canonicalize(text).split())
+
+
+def _short(text: str, n: int = 60) -> str:
+    return repr(text if len(text) <= n else text[:n] + "…")
+
+
+class QuestionMatcher:
+    """Matches imported records (RAGAS or DeepEval rows, OTel traces) to golden queries and keeps the account.
+
+    A record that carries a query id is matched by it, and the id must be in the golden set. One that does
+    not is matched by its question: its :func:`question_key` equal to that of exactly one golden question.
+    None equal: unmatched; several: ambiguous, never guessed. With ``golden=None`` ids are taken as given and
+    a record without one gets the caller's fallback id. ``unit`` names the position in listings (row, line);
+    ``id_name`` says, in messages, where a record's query id goes.
+    """
+
+    def __init__(self, golden: Any, unit: str = "row", id_name: str = "a query_id"):
+        self.golden, self.unit, self.id_name = golden, unit, id_name
+        self._by_key: dict[str, list[str]] = {}
+        for q in golden.queries if golden is not None else ():
+            self._by_key.setdefault(question_key(q.question), []).append(q.query_id)
+        self.matched: dict[str, int] = {}
+        self.unmatched: list[dict] = []
+        self.ambiguous: list[dict] = []
+
+    def match(self, pos: int, given: Any, question: Any, fallback: str | None = None
+              ) -> tuple[str | None, str, str | None]:
+        """``(query id or None, how, problem)``: how is ``query_id``, ``question`` or ``position`` (the
+        fallback); the problem (None when matched) says why the record is skipped."""
+        if given is not None and given != "":
+            qid = str(given)
+            if self.golden is None or qid in self.golden:
+                return qid, "query_id", None
+            self.unmatched.append({self.unit: pos, "query_id": qid, "question": question})
+            return None, "query_id", f"query_id {qid!r} is not in the golden set; skipped"
+        if self.golden is None:
+            return fallback, "position", None
+        if not isinstance(question, str) or not question.strip():
+            self.unmatched.append({self.unit: pos, "query_id": None, "question": None})
+            return None, "question", f"no question to match to the golden set; skipped (give it {self.id_name})"
+        ids = self._by_key.get(question_key(question), [])
+        if len(ids) == 1:
+            return ids[0], "question", None
+        if not ids:
+            self.unmatched.append({self.unit: pos, "query_id": None, "question": question})
+            return None, "question", (f"question {_short(question)} matches no golden question; skipped (word it "
+                                      f"as the golden set does, or give it {self.id_name})")
+        self.ambiguous.append({self.unit: pos, "question": question, "query_ids": ids})
+        return None, "question", (f"question {_short(question)} matches {len(ids)} golden queries "
+                                  f"({', '.join(ids[:5])}); skipped (give it {self.id_name})")
+
+    def count(self, how: str) -> None:
+        """One trace made from a record matched ``how``."""
+        self.matched[how] = self.matched.get(how, 0) + 1
+
+    def stats(self, total: int) -> dict:
+        """The account for the trace header and ``--json``: records seen, traces made (by how each was
+        matched), the unmatched and ambiguous records listed, and the rest skipped (see the problems)."""
+        made = sum(self.matched.values())
+        return {"records": total, "traces": made, "matched_by": dict(sorted(self.matched.items())),
+                "unmatched": self.unmatched, "ambiguous": self.ambiguous,
+                "skipped": total - made - len(self.unmatched) - len(self.ambiguous)}
+
+    def nothing_imported(self, source: str, total: int, problems: list[Problem], what: str = "row") -> InputError:
+        """The error for an import in which none of the ``total`` records (``what``) became a trace: one
+        line with the counts and the first problem."""
+        s = self.stats(total)
+        first = f"; first: {self.unit} {problems[0].line}: {problems[0].message}" if problems else ""
+        return InputError(f"{source}: none of its {total} {what}(s) became a trace ({len(s['unmatched'])} "
+                          f"unmatched, {len(s['ambiguous'])} ambiguous, {s['skipped']} skipped){first}")
+
+
+def _row_query_id(row: dict) -> Any:
+    return row.get("query_id")
+
+
+@dataclass(frozen=True)
+class RowFormat:
+    """Which keys of a row hold the question, the retrieved contexts (a list of strings, best first) and the
+    answer; which keys are copied into the trace's ``meta``; and where a row's query id is (None: absent)."""
+
+    name: str
+    question: str
+    contexts: str
+    answer: str
+    keep: tuple[str, ...] = ()
+    query_id: Callable[[dict], Any] = _row_query_id
+
+
+RAGAS_OLD = RowFormat("ragas<0.2", "question", "contexts", "answer", keep=("ground_truth", "ground_truths"))
+RAGAS_NEW = RowFormat("ragas>=0.2", "user_input", "retrieved_contexts", "response", keep=("reference",))
+_OLD_NAMES = ("question", "contexts", "answer", "ground_truth", "ground_truths")
+_NEW_NAMES = ("user_input", "retrieved_contexts", "response", "reference")
+
+
+def _ragas_format(source: str, data: list[Any]) -> RowFormat:
+    """The RAGAS spelling of a file's columns; a file that mixes the two is an InputError naming them."""
+    keys: set[str] = set()
+    for row in data:
+        if isinstance(row, dict):
+            keys.update(row)
+    old = [k for k in _OLD_NAMES if k in keys]
+    new = [k for k in _NEW_NAMES if k in keys]
+    if old and new:
+        raise InputError(f"{source}: mixes RAGAS column names from before 0.2 ({', '.join(old)}) with those of 0.2 "
+                         f"and later ({', '.join(new)}); rename the columns to one spelling")
+    return RAGAS_NEW if new else RAGAS_OLD
+
+
 def _text_field(source: str, n: int, qid: str, row: dict, key: str, required: bool) -> str | None:
     """A row's string field; a wrong type (a number, NaN, a list) is an InputError naming the row."""
     value = row.get(key)
@@ -309,79 +439,137 @@ def _text_field(source: str, n: int, qid: str, row: dict, key: str, required: bo
     return value
 
 
+def _contexts(source: str, n: int, qid: str, row: dict, key: str) -> list[str]:
+    """A row's contexts: a list of strings, else an InputError naming the row (a plain string is never
+    searched for as one context, nor NaN as the text "nan")."""
+    contexts = row[key]
+    if not isinstance(contexts, list):
+        kind = "a plain string" if isinstance(contexts, str) else (
+            "null" if contexts is None else f"a {type(contexts).__name__}")
+        raise InputError(f"{source}: row {n} ({qid}): {key} is {kind}; {key} must be a list of strings (wrap a "
+                         "single context as [\"...\"]; use [] when nothing was retrieved)")
+    for j, ctx in enumerate(contexts):
+        if not isinstance(ctx, str):
+            raise InputError(f"{source}: row {n} ({qid}): context {j} is "
+                             f"{'null' if ctx is None else f'a {type(ctx).__name__} ({ctx!r:.40})'}; "
+                             f"{key} must be a list of strings")
+    return contexts
+
+
+def _place(contexts: list[str], qid: str, n: int, corpus: Any, threshold: float, problems: list[Problem]
+           ) -> tuple[list[Unit], int, int]:
+    """The contexts located in the corpus as ranked units, and how many were not found or ambiguous (each a
+    problem on row ``n``)."""
+    units, unlocated, ambiguous = [], 0, 0
+    for j, ctx in enumerate(contexts):
+        hits = locate(ctx, corpus, threshold)
+        if not hits:
+            unlocated += 1
+            problems.append(Problem(n, f"context {j} of {qid} not found in the corpus (threshold {threshold}): "
+                                       f"{ctx[:60]!r}"))
+            continue
+        if len(hits) > 1:
+            ambiguous += 1
+            where = ", ".join(f"{d}@{s}" for d, s, _, _ in hits[:5])
+            more = f" and {len(hits) - 5} more" if len(hits) > 5 else ""
+            problems.append(Problem(n, f"context {j} of {qid} is ambiguous: found at {len(hits)} places "
+                                       f"({where}{more}); not placed: {ctx[:60]!r}"))
+            continue
+        doc_id, s, e, score = hits[0]
+        units.append(Unit(unit_id=f"{qid}:ctx{j}", doc_id=doc_id, start=s, end=e, score=score, rank=len(units) + 1,
+                          text=corpus.docs[doc_id].text[s:e]))
+    return units, unlocated, ambiguous
+
+
+def traces_from_rows(
+    rows: Iterable[tuple[int, Any]],
+    corpus: Any,
+    golden: Any,
+    fmt: RowFormat,
+    *,
+    source: str,
+    total: int,
+    threshold: float,
+    run_name: str,
+    kind: str,
+    problems: Sequence[Problem] = (),
+) -> tuple[RunHeader, list[Trace], list[Problem]]:
+    """Numbered rows -> one trace each, whose ``fused`` and ``packed`` lists are the placed contexts in order.
+
+    The engine of the RAGAS and DeepEval importers (``fmt`` names the keys). A row is matched to a golden
+    query by :class:`QuestionMatcher` (its query id, else its question); an unmatched or ambiguous row, a row
+    without the question or contexts key, and a row whose query an earlier row already gave are skipped,
+    each a problem on its row. Wrong types are InputErrors naming the row. Each context is placed with
+    :func:`locate`: not found or ambiguous is a problem, counted in ``meta.unlocated_contexts`` /
+    ``meta.ambiguous_contexts``, and not placed. No trace at all (``total`` rows) is an InputError. The
+    header's ``stats["matching"]`` is :meth:`QuestionMatcher.stats`.
+    """
+    threshold = check_threshold(threshold)
+    header = RunHeader(run_name=run_name, source=kind,
+                       config={"threshold": threshold, "locator": "exact-then-partial_ratio_alignment",
+                               "ambiguous": "not placed", "columns": fmt.name,
+                               "match": "query_id, else question" if golden is not None else "query_id, else row"},
+                       corpus_digest=getattr(corpus, "digest", None),
+                       dataset_version=getattr(golden, "dataset_version", None))
+    matcher = QuestionMatcher(golden)
+    traces: list[Trace] = []
+    problems = list(problems)
+    seen: dict[str, int] = {}
+    for n, row in rows:
+        if not isinstance(row, dict) or fmt.question not in row or fmt.contexts not in row:
+            problems.append(Problem(n, f"row needs '{fmt.question}' and '{fmt.contexts}'; skipped"))
+            continue
+        given = fmt.query_id(row)
+        label = str(given) if given is not None and given != "" else f"row-{n}"
+        question = _text_field(source, n, label, row, fmt.question, required=True)
+        answer = _text_field(source, n, label, row, fmt.answer, required=False)
+        contexts = _contexts(source, n, label, row, fmt.contexts)
+        qid, how, why = matcher.match(n, given, question, fallback=label)
+        if qid is None:
+            problems.append(Problem(n, why or "not matched; skipped"))
+            continue
+        if qid in seen:
+            said = f"query_id {qid!r} repeats" if how != "question" else f"question of query {qid!r} repeats"
+            problems.append(Problem(n, f"{said} row {seen[qid]}; skipped"))
+            continue
+        seen[qid] = n
+        units, unlocated, ambiguous = _place(contexts, qid, n, corpus, threshold, problems)
+        meta = {"unlocated_contexts": unlocated, "ambiguous_contexts": ambiguous, "n_contexts": len(contexts)}
+        meta.update({k: row[k] for k in fmt.keep if row.get(k) is not None})
+        matcher.count(how)
+        traces.append(Trace(trace_id=make_trace_id(header.config_sha, qid, 0), query_id=qid,
+                            question=question, fused=units, packed=units, answer=answer or None,
+                            outcome="answered" if answer else "abstained", meta=meta))
+    problems.sort(key=lambda p: p.line)
+    if not traces:
+        raise matcher.nothing_imported(source, total, problems)
+    header.stats["matching"] = matcher.stats(total)
+    return header, traces, problems
+
+
 def traces_from_ragas_rows(
     rows: str | Path | Sequence[dict],
     corpus: Any,
+    golden: Any = None,
     *,
     threshold: float = 90.0,
     run_name: str = "ragas-import",
 ) -> tuple[RunHeader, list[Trace], list[Problem]]:
-    """RAGAS-style rows -> traces whose ``fused`` and ``packed`` lists are the placed contexts in order.
+    """RAGAS rows as RAGAS writes them -> traces (see :func:`traces_from_rows`).
 
-    A row needs ``question`` (a string) and ``contexts`` (a list of strings); ``answer`` (a string; empty or
-    missing = abstained), ``ground_truth`` and ``query_id`` (default ``row-<n>``) are optional. A wrong type
-    (``contexts`` a plain string, a context that is NaN, null or a number, a non-string question or answer)
-    is an InputError naming the row. Counted problems, each with the row number: a row without question or
-    contexts (skipped), a repeated query_id (later row skipped), a context not found (one problem, counted in
-    ``meta.unlocated_contexts``), and a context found at several places (one problem listing the candidate
-    offsets, counted in ``meta.ambiguous_contexts``). An ambiguous context is not placed: choosing one of
-    its occurrences would label it with whatever evidence happens to sit there.
+    Columns of RAGAS 0.2 and later (``user_input``, ``retrieved_contexts``, ``response``, ``reference``) or
+    of earlier versions (``question``, ``contexts``, ``answer``, ``ground_truth`` / ``ground_truths``); a file
+    mixing the two is an InputError naming the columns. The question (a string) and contexts (a list of
+    strings) are required, the answer optional (empty or missing = abstained); the reference is kept in
+    ``meta``. With a golden set, a row is matched by its ``query_id`` when it has one, else by its question
+    text (:func:`question_key`); without one, its ``query_id`` or ``row-<n>`` is taken as given.
     """
-    source, data = _load_rows(rows)
+    source, data = load_rows(rows)
     if not data:
-        raise InputError(f"{source}: no rows; expected RAGAS rows with 'question' and 'contexts'")
-    header = RunHeader(run_name=run_name, source="ragas",
-                       config={"threshold": threshold, "locator": "exact-then-partial_ratio_alignment",
-                               "ambiguous": "not placed"},
-                       corpus_digest=getattr(corpus, "digest", None))
-    traces, problems, seen = [], [], {}
-    for n, row in enumerate(data, start=1):
-        if not isinstance(row, dict) or "question" not in row or "contexts" not in row:
-            problems.append(Problem(n, "row needs 'question' and 'contexts'; skipped"))
-            continue
-        qid = str(row.get("query_id") or f"row-{n}")
-        if qid in seen:
-            problems.append(Problem(n, f"query_id {qid!r} repeats row {seen[qid]}; skipped"))
-            continue
-        seen[qid] = n
-        question = _text_field(source, n, qid, row, "question", required=True)
-        answer = _text_field(source, n, qid, row, "answer", required=False)
-        contexts = row["contexts"]
-        if not isinstance(contexts, list):
-            kind = "a plain string" if isinstance(contexts, str) else (
-                "null" if contexts is None else f"a {type(contexts).__name__}")
-            raise InputError(f"{source}: row {n} ({qid}): contexts is {kind}; contexts must be a list of "
-                             "strings (wrap a single context as [\"...\"]; use [] when nothing was retrieved)")
-        units, unlocated, ambiguous = [], 0, 0
-        for j, ctx in enumerate(contexts):
-            if not isinstance(ctx, str):
-                raise InputError(f"{source}: row {n} ({qid}): context {j} is "
-                                 f"{'null' if ctx is None else f'a {type(ctx).__name__} ({ctx!r:.40})'}; "
-                                 "contexts must be a list of strings")
-            hits = locate(ctx, corpus, threshold)
-            if not hits:
-                unlocated += 1
-                problems.append(Problem(n, f"context {j} of {qid} not found in the corpus "
-                                           f"(threshold {threshold}): {ctx[:60]!r}"))
-                continue
-            if len(hits) > 1:
-                ambiguous += 1
-                where = ", ".join(f"{d}@{s}" for d, s, _, _ in hits[:5])
-                more = f" and {len(hits) - 5} more" if len(hits) > 5 else ""
-                problems.append(Problem(n, f"context {j} of {qid} is ambiguous: found at {len(hits)} places "
-                                           f"({where}{more}); not placed: {ctx[:60]!r}"))
-                continue
-            doc_id, s, e, score = hits[0]
-            text = corpus.docs[doc_id].text[s:e]
-            units.append(Unit(unit_id=f"{qid}:ctx{j}", doc_id=doc_id, start=s, end=e, score=score,
-                              rank=len(units) + 1, text=text))
-        meta = {"unlocated_contexts": unlocated, "ambiguous_contexts": ambiguous, "n_contexts": len(contexts)}
-        if row.get("ground_truth") is not None:
-            meta["ground_truth"] = row["ground_truth"]
-        traces.append(Trace(trace_id=make_trace_id(header.config_sha, qid, 0), query_id=qid,
-                            question=question, fused=units, packed=units, answer=answer or None,
-                            outcome="answered" if answer else "abstained", meta=meta))
-    return header, traces, problems
+        raise InputError(f"{source}: no rows; expected RAGAS rows with 'user_input' and 'retrieved_contexts' (or "
+                         "'question' and 'contexts')")
+    return traces_from_rows(enumerate(data, start=1), corpus, golden, _ragas_format(source, data), source=source,
+                            total=len(data), threshold=threshold, run_name=run_name, kind="ragas")
 
 
 def traces_from_trec_run(
