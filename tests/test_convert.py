@@ -420,13 +420,12 @@ def test_a_killed_convert_leaves_no_partial_out(bundled, tmp_path, sig):
         assert _data_files(tmp_path) == [out / "part-00000.parquet"]  # a reader of the parent skips it
 
 
-def test_an_empty_or_all_bad_file_gives_an_empty_readable_dataset(tmp_path, capsys):
+def test_an_empty_file_is_refused_and_an_all_bad_one_gives_an_empty_readable_dataset(tmp_path, capsys):
     empty = tmp_path / "e.jsonl"
     empty.write_text("")
-    code, out, _ = cli(capsys, "convert", empty, tmp_path / "e", "--json")
-    assert code == 0 and json.loads(out)["traces"] == 0
-    assert [p.name for p in (tmp_path / "e").iterdir()] == ["part-00000.parquet"]
-    assert ParquetTraceReader(tmp_path / "e").n_rows == 0
+    code, out, err = cli(capsys, "convert", empty, tmp_path / "e", "--json")
+    assert code == 2 and out == "" and "is empty (no trace lines)" in err
+    assert not (tmp_path / "e").exists()
     bad = tmp_path / "b.jsonl"
     bad.write_text('{"type": "header", "run_name": "b"}\nnot json\n{"type": "trace"}\n')
     code, out, _ = cli(capsys, "convert", bad, tmp_path / "b.parquet", "--json")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -89,9 +90,9 @@ def _traces_for(system: Any, corpus, golden, *, name: str | None, trials: int, c
     if isinstance(system, (str, Path)):
         kind = _sniff_file(Path(system))
         if kind == "ragas":
-            return traces_from_ragas_rows(system, corpus, run_name=name or Path(system).stem)
+            return traces_from_ragas_rows(system, corpus, golden, run_name=name or Path(system).stem)
         return traces_from_trec_run(system, corpus)
-    return traces_from_ragas_rows(system, corpus, run_name=name or "ragas-import")
+    return traces_from_ragas_rows(system, corpus, golden, run_name=name or "ragas-import")
 
 
 @contextmanager
@@ -121,8 +122,9 @@ def evaluate(system: Any, *, golden: Any = None, corpus: Any = None, store: Any 
     set's manifest states. Scoring and storage are exactly ``ragassay score``'s. ``progress`` shows bars on
     the terminal: the calls of a callable system, then the scoring of the traces.
     """
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise InputError(f"trials={trials!r}: give a positive integer")
+    _check_evaluate_args(golden=golden, corpus=corpus, store=store, name=name, trials=trials,
+                         concurrency=concurrency, options=options, allow_pin_mismatch=allow_pin_mismatch,
+                         progress=progress)
     if isinstance(system, (str, Path)) and _is_trace_file(Path(system)):
         from ragassay.analysis.stream import reading_ahead
 
@@ -132,6 +134,47 @@ def evaluate(system: Any, *, golden: Any = None, corpus: Any = None, store: Any 
                              allow_pin_mismatch, progress, ahead)
     return _evaluate(system, golden, corpus, store, name, trials, concurrency, options, allow_pin_mismatch,
                      progress, None)
+
+
+def _check_evaluate_args(*, golden, corpus, store, name, trials, concurrency, options, allow_pin_mismatch,
+                         progress) -> None:
+    """Every keyword argument of :func:`evaluate` has the type it documents, checked before anything is read,
+    run or stored; one :class:`InputError` lists every problem, one line each."""
+    from ragassay.analysis.scoring import ScoringOptions
+    from ragassay.corpus import Corpus
+    from ragassay.golden import GoldenSet
+    from ragassay.store import Store
+
+    def is_count(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+    def is_path(v: Any) -> bool:
+        return isinstance(v, (str, os.PathLike)) and str(v) != ""
+
+    wanted = [
+        ("golden", golden, golden is None or is_path(golden) or isinstance(golden, GoldenSet),
+         "a built golden-set folder, an authoring file, a GoldenSet, or None for the bundled set"),
+        ("corpus", corpus, corpus is None or is_path(corpus) or isinstance(corpus, Corpus),
+         "a corpus folder, a JSONL file, a Corpus, or None for the bundled corpus"),
+        ("store", store, is_path(store) or isinstance(store, Store), "a DuckDB file path or an open Store"),
+        ("name", name, name is None or (isinstance(name, str) and name.strip() != ""),
+         "a non-empty run name, or None for the system's own"),
+        ("trials", trials, is_count(trials), "a positive integer (runs of each query)"),
+        ("concurrency", concurrency, is_count(concurrency), "a positive integer (calls at once)"),
+        ("options", options, options is None or isinstance(options, ScoringOptions),
+         "a ragassay.analysis.scoring.ScoringOptions (hit rule, relevance threshold, gain, ties), or None for the "
+         "golden set's manifest"),
+        ("allow_pin_mismatch", allow_pin_mismatch, isinstance(allow_pin_mismatch, bool), "True or False"),
+        ("progress", progress, isinstance(progress, bool), "True or False"),
+    ]
+    problems = [f"{arg}={_short(value)}: give {want}" for arg, value, ok, want in wanted if not ok]
+    if problems:
+        raise InputError("\n".join(problems))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return (text if len(text) <= 60 else text[:57] + "...") + f" ({type(value).__name__})"
 
 
 def _is_trace_file(path: Path) -> bool:

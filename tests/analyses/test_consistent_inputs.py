@@ -371,3 +371,27 @@ def test_hygiene_rebaselined_names_the_differing_pins(bundled_db):
     res = cli("analyze", "hygiene", "sys", "v2", "--store", path, "--resamples", "200", "--rebaseline")
     assert res.exit_code == 0
     assert f"rebaselined: dataset_version: {gv} (sys) → licenses-demo@v2 (v2)" in res.stdout
+
+
+@pytest.mark.parametrize(("kw", "fragment"), [
+    ({"n_resamples": 0}, "n_resamples must be an integer between 100 and 1,000,000, got 0"),
+    ({"confidence": 1.5}, "confidence must lie strictly between 0 and 1, got 1.5"),
+    ({"seed": -1}, "seed must be an integer >= 0, got -1"),
+])
+def test_the_decomposition_functions_refuse_bad_resampling_settings(tmp_path, kw, fragment):
+    from ragassay.analysis.decomposition import decomposition_between, decomposition_of_run, oracle_ladder
+
+    with Store.open(tmp_path / "s.duckdb") as st:
+        make_run(st, "a", {"answer_f1": np.linspace(0, 1, 20), "recall@context": np.ones(20)})
+        make_run(st, "b", {"answer_f1": np.linspace(0, 1, 20), "recall@context": np.ones(20)})
+        for call in (lambda: decomposition_of_run(st, "a", **kw), lambda: decomposition_between(st, "a", "b", **kw),
+                     lambda: oracle_ladder(st, ["a", "b"], **kw)):
+            with pytest.raises(InputError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+                call()
+
+
+def test_consistency_refuses_a_correctness_metric_that_is_not_a_score(tmp_path):
+    with Store.open(tmp_path / "s.duckdb") as st:
+        make_run(st, "tok", {"context_tokens": np.linspace(10, 900, 20)})
+        with pytest.raises(InputError, match="is not a score in \\[0, 1\\]"):
+            consistency_of_run(st, "tok", correct="context_tokens>=0.5")

@@ -103,14 +103,15 @@ def consistency_of_run(store: Store, run_ref: str, *, correct: str = DEFAULT_COR
     values: dict[str, list[float]] = {}
     answers: dict[str, list[str]] = {}
     trials: dict[str, int] = {}
-    for q, t, v in zip(w.query_ids, w.trials, w.values[:, 0], strict=True):
+    correct = rule.apply(w.values[:, 0])  # refuses a metric whose values are not scores in [0, 1]
+    for q, t, v, ok in zip(w.query_ids, w.trials, w.values[:, 0], correct, strict=True):
         trials[q] = trials.get(q, 0) + 1
         if traces:
             # a refused or errored trial has no metric value but is still an answer of its own
             tr = traces.get((q, int(t)))
             answers.setdefault(q, []).append(answer_key(tr.answer, tr.outcome) if tr is not None else "<error>")
         if not np.isnan(v):
-            passes.setdefault(q, []).append(bool(v >= rule.threshold))
+            passes.setdefault(q, []).append(bool(ok))
             values.setdefault(q, []).append(float(v))
     if traces and not any((q, int(t)) in traces for q, t in zip(w.query_ids, w.trials, strict=True)):
         raise InputError(f"the traces given hold none of run {run.name!r}'s stored (query, trial) keys; they are "

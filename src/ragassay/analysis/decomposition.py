@@ -56,7 +56,12 @@ _RULE = re.compile(r"^\s*([A-Za-z0-9_@.:\-]+)\s*>=\s*([-+0-9.eE]+)\s*$")
 
 @dataclass(frozen=True)
 class CorrectRule:
-    """``metric >= threshold`` turned into a 0/1 correctness; parsed from ``"answer_f1>=0.5"``."""
+    """``metric >= threshold`` turned into a 0/1 correctness; parsed from ``"answer_f1>=0.5"``.
+
+    Correctness is a score in [0, 1] (answer_f1, answer_em, a judge's correctness), so the threshold must lie
+    in (0, 1]: at 0 every answer is correct, above 1 none is. A metric whose stored values leave [0, 1]
+    (context_tokens, a latency) is refused by :meth:`apply`.
+    """
 
     metric: str
     threshold: float
@@ -70,14 +75,22 @@ class CorrectRule:
             thr = float(m.group(2))
         except ValueError:
             raise InputError(f"correctness rule {text!r}: threshold {m.group(2)!r} is not a number") from None
-        if not math.isfinite(thr):
-            raise InputError(f"correctness rule {text!r}: the threshold must be finite")
+        if not (math.isfinite(thr) and 0 < thr <= 1):
+            raise InputError(f"correctness rule {text!r}: the threshold must be a number in (0, 1], since "
+                             f"correctness is a score in [0, 1] (at 0 every answer counts as correct, above 1 "
+                             f"none does); e.g. {m.group(1)}>=0.5")
         return cls(m.group(1), thr)
 
     def __str__(self) -> str:
         return f"{self.metric}>={self.threshold:g}"
 
     def apply(self, values: np.ndarray) -> np.ndarray:
+        """1 where ``values >= threshold``, 0 below, NaN where undefined; values outside [0, 1] are refused."""
+        seen = values[~np.isnan(values)]
+        if seen.size and (seen.min() < 0 or seen.max() > 1):
+            raise InputError(f"correctness rule {self}: {self.metric} is not a score in [0, 1] (stored values "
+                             f"from {seen.min():g} to {seen.max():g}), so it cannot say whether an answer is "
+                             f"correct; name a [0, 1] metric such as answer_f1>=0.5 or answer_em>=1 with --correct")
         with np.errstate(invalid="ignore"):
             return np.where(np.isnan(values), np.nan, (values >= self.threshold).astype(float))
 
@@ -283,11 +296,22 @@ def _stage_columns(store: Store, run_ref: str, tab: QueryTable, rows: np.ndarray
     return out
 
 
+def _check_resampling(n_resamples: int, confidence: float, seed: int) -> None:
+    """The bootstrap settings every public analysis here takes, checked before any work (one clear error)."""
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or not 100 <= n_resamples <= 1_000_000:
+        raise InputError(f"n_resamples must be an integer between 100 and 1,000,000, got {n_resamples!r}")
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 < confidence < 1:
+        raise InputError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InputError(f"seed must be an integer >= 0, got {seed!r}")
+
+
 def decomposition_of_run(store: Store, run_ref: str, *, correct: str = DEFAULT_CORRECT, by_stratum: bool = True,
                          n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95, seed: int = 0,
                          stages: bool = True) -> dict:
     """One run's decomposition overall and per stratum, beside the separate stage columns (``stages=False``
     leaves them out: each costs a bootstrap of its own, and the report does not show them)."""
+    _check_resampling(n_resamples, confidence, seed)
     rule = CorrectRule.parse(correct)
     run = store.get_run(run_ref)
     need = [rule.metric, DELIVERY_METRIC, *((CANDIDATE_RECALL, *CONTEXT_RELEVANCE, *SUPPORT) if stages else ())]
@@ -349,6 +373,7 @@ def decomposition_between(store: Store, run_a: str, run_b: str, *, correct: str 
     """Paired change in accuracy from run A to run B split into delivery and use terms, overall and per
     stratum, with both runs' own decompositions on the paired rows. Runs with differing pins are refused
     unless ``rebaseline`` (:func:`comparable_runs`)."""
+    _check_resampling(n_resamples, confidence, seed)
     rule = CorrectRule.parse(correct)
     (ra, rb), diffs = comparable_runs(store, [run_a, run_b], [rule.metric, DELIVERY_METRIC], rebaseline=rebaseline)
     for r in (ra, rb):
@@ -392,6 +417,7 @@ def oracle_ladder(store: Store, run_refs, *, correct: str = DEFAULT_CORRECT, ora
     generation; its ndcg@final_k below ``ndcg_bar`` -> reranker or fusion depth; else context assembly or
     generation. The bars are declared options, recorded in the output.
     """
+    _check_resampling(n_resamples, confidence, seed)
     rule = CorrectRule.parse(correct)
     refs = list(run_refs)
     if oracle is not None:
@@ -413,6 +439,9 @@ def oracle_ladder(store: Store, run_refs, *, correct: str = DEFAULT_CORRECT, ora
     rungs = []
     for r in runs:
         tab = query_table(store, r.run_id, [rule.metric, *LADDER_METRICS])
+        if rule.metric not in tab.metrics:
+            raise InputError(f"run {r.name!r} has no {rule.metric!r} rows; name a correctness metric every rung "
+                             f"has with --correct METRIC>=THRESHOLD (it has {store.metrics(r.run_id)})")
         y = rule.apply(tab.col(rule.metric))
         cols = [tab.col(m) for m in LADDER_METRICS] + [y]
         names = [*LADDER_METRICS, "correct"]

@@ -172,8 +172,7 @@ def shortcut_audit(system, baseline, strata: Sequence[str], *, margin: float = 0
     s = np.asarray(strata, dtype=object)
     if a.shape != b.shape or a.ndim != 1 or s.shape != a.shape:
         raise InputError(f"system {a.shape}, baseline {b.shape} and strata {s.shape} must be 1-D and equal length")
-    if not margin >= 0:
-        raise InputError(f"margin={margin} must be >= 0 (a practical gap on the score scale)")
+    _check_margin(margin)
     names = sorted({str(x) for x in s}) + ["all"]
     d = np.full((a.size, len(names)), np.nan)
     for j, name in enumerate(names):
@@ -195,6 +194,18 @@ def shortcut_audit(system, baseline, strata: Sequence[str], *, margin: float = 0
         rows.append(ShortcutRow(name, int(mask.sum()), _mean(a[mask]), _mean(b[mask]), m.delta, m.ci_low,
                                 m.ci_high, verdict))
     return tuple(rows)
+
+
+def _check_margin(margin: float) -> None:
+    if not (isinstance(margin, int | float) and 0 <= margin <= 1):  # NaN fails both comparisons
+        raise InputError(f"margin={margin!r} (--margin on the command line) must be a finite number in [0, 1]: a "
+                         "practical gap on the [0, 1] score scale, e.g. 0.05")
+
+
+def _check_threshold(threshold: float) -> None:
+    if not (isinstance(threshold, int | float) and 0 < threshold <= 1):
+        raise InputError(f"threshold={threshold!r} (--threshold on the command line) must be a number in (0, 1]: "
+                         "the score a correct answer reaches on the [0, 1] scale, e.g. 0.5")
 
 
 def _mean(x: np.ndarray) -> float:
@@ -251,7 +262,9 @@ class BypassResult:
 
 def retrieval_bypass(answer_score, delivered_recall, *, threshold: float = 0.5, query_ids: Sequence[str] = (),
                      strata: Sequence[str] = ()) -> BypassResult:
-    """flag = (answer score >= threshold) and (recall of relevant evidence in the packed context == 0)."""
+    """flag = (answer score >= threshold) and (recall of relevant evidence in the packed context == 0);
+    ``threshold`` in (0, 1]."""
+    _check_threshold(threshold)
     a = np.asarray(answer_score, dtype=np.float64)
     r = np.asarray(delivered_recall, dtype=np.float64)
     if a.shape != r.shape or a.ndim != 1:
@@ -326,7 +339,10 @@ def audit_runs(store: Any, run_refs: Sequence[str], golden: Any, corpus: Any, *,
                rebaseline: bool = False) -> tuple[list[RunAudit], list[dict]]:
     """(one :class:`RunAudit` per run, the differing pins). The runs must be comparable with each other
     (``compare.comparable_runs``) and scored against ``golden`` and ``corpus`` (dataset version,
-    corpus digest); differences raise ``PinMismatchError`` unless ``rebaseline``, and are then returned."""
+    corpus digest); differences raise ``PinMismatchError`` unless ``rebaseline``, and are then returned.
+    ``threshold`` lies in (0, 1] and ``margin`` in [0, 1], checked before any run is read."""
+    _check_threshold(threshold)
+    _check_margin(margin)
     recs, diffs = comparable_runs(store, run_refs, [metric, "recall@context"], rebaseline=rebaseline)
     ids = list(golden.query_ids)
     known = set(ids)

@@ -103,8 +103,15 @@ def latency_analysis(traces=None, *, totals=None, thresholds: dict[str, float] |
     """End-to-end and per-stage percentiles and the any-stage exceedance check.
 
     ``traces`` give stages and totals; ``totals`` alone (the stored per-request ``latency_ms``) give the
-    end-to-end figures only. Stage thresholds default to each stage's own ``threshold_pct`` percentile.
+    end-to-end figures only. Stage thresholds default to each stage's own ``threshold_pct`` percentile
+    (in (0, 100]); a given threshold is a finite number of ms >= 0.
     """
+    if not (isinstance(threshold_pct, int | float) and 0 < threshold_pct <= 100):
+        raise InputError(f"threshold_pct={threshold_pct!r}: give a percentile in (0, 100], e.g. 99")
+    bad = {k: v for k, v in (thresholds or {}).items()
+           if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0)}
+    if bad:
+        raise InputError(f"stage thresholds {bad}: each must be a finite number of ms >= 0")
     out: dict = {"quantile_method": QUANTILE_METHOD, "latency_source": latency_source}
     if traces is not None:
         st = stage_times(traces)
@@ -141,8 +148,9 @@ def latency_analysis(traces=None, *, totals=None, thresholds: dict[str, float] |
 def load_run(run_one, queries, *, concurrency: int, n_requests: int) -> dict:
     """Drive ``run_one(query, i)`` with ``concurrency`` workers for ``n_requests`` requests (cycling through
     ``queries``); per request, the client-side wall time from submission (so queueing counts) to completion."""
-    if concurrency < 1 or n_requests < 1:
-        raise InputError("concurrency and the number of requests must be at least 1")
+    for name, flag, v in (("concurrency", "--concurrency", concurrency), ("n_requests", "--requests", n_requests)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"{name}={v!r} ({flag} on the command line): give an integer >= 1")
     queries = list(queries)
     if not queries:
         raise InputError("a load run needs at least one query")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -242,7 +243,10 @@ def _severe(store: Store, run_a: str, run_b: str, qids: np.ndarray, a: np.ndarra
 def export_cases(store: Store, run_a: str, run_b: str, *, metric: str = "answer_f1", golden: GoldenSet | None = None,
                  n_top: int = 10, n_random: int = 10, seed: int = 0, rebaseline: bool = False) -> dict:
     """Top gains, top losses, a random sample and every severe failure, with both runs' first-trial traces.
-    Runs with differing pins are refused unless ``rebaseline``."""
+    ``n_top`` and ``n_random`` are counts >= 0. Runs with differing pins are refused unless ``rebaseline``."""
+    for name, v in (("n_top", n_top), ("n_random", n_random)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise InputError(f"{name}={v!r}: give a number of cases >= 0 (--top / --random on the command line)")
     (ra, rb), diffs = comparable_runs(store, [run_a, run_b], [metric], rebaseline=rebaseline)
     qids, strata, a, b = paired_scores(store, ra.run_id, rb.run_id, metric)
     ta, tb = run_traces(store, ra.run_id), run_traces(store, rb.run_id)
@@ -275,34 +279,84 @@ def export_cases(store: Store, run_a: str, run_b: str, *, metric: str = "answer_
             "cases": cases}
 
 
-def _md_cell(text) -> str:
-    return "" if text is None else str(text).replace("|", "\\|").replace("\n", " ")
+# Markdown and HTML punctuation, backslash-escaped exactly as `compare --format markdown` escapes it
+# (report/markdown.py md_escape; the report layer sits above this one, so the two must stay equal: tested).
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
 
 
-def write_cases(export: dict, out: str | Path) -> Path:
-    """Write the export as ``.jsonl`` (one case per line) or ``.md`` (side-by-side tables), by suffix."""
+def _md_escape(text: object) -> str:
+    """``text`` with Markdown and HTML punctuation backslash-escaped and newlines folded to spaces, so user
+    text (run names, questions, answers, doc ids) cannot open a link, a tag, a heading or a table cell."""
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+
+
+CASES_KIND = "slices --cases"
+CASE_KINDS = ("gain", "loss", "random", "severe")
+# The first line of a Markdown export: how a later export recognises the file as ragassay's own.
+MD_GENERATOR = "<!-- generator: ragassay case export -->"
+
+
+def _is_case_export(path: Path) -> bool:
+    """True for a file an earlier ``write_cases`` wrote (its first line says so), or an empty one (nothing is
+    lost by replacing it)."""
+    try:
+        with path.open(encoding="utf-8") as fh:
+            first = fh.readline()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if not first:
+        return True
+    if path.suffix == ".md":
+        return first.rstrip("\n") == MD_GENERATOR
+    try:
+        case = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(case, dict) and case.get("kind") in CASE_KINDS and {"query_id", "trace_a", "trace_b"} <= set(case)
+
+
+def check_cases_path(out: str | Path) -> Path:
+    """Refuse a case-export path before any work: it must end in .md or .jsonl, and may be new or an earlier
+    case export (:func:`ragassay.fsio.check_output_file`); any other existing file is never replaced."""
+    from ragassay.fsio import check_output_file
+
     out = Path(out)
     if out.suffix not in (".jsonl", ".md"):
         raise InputError(f"{out}: case export must end in .jsonl or .md")
+    check_output_file(out, CASES_KIND, overwrite_ok=_is_case_export)
+    return out
+
+
+def write_cases(export: dict, out: str | Path) -> Path:
+    """Write the export as ``.jsonl`` (one case per line) or ``.md`` (side-by-side tables), by suffix, atomically;
+    the path is checked by :func:`check_cases_path`. In Markdown every text from the runs, traces and golden set
+    is escaped as ``compare --format markdown`` escapes it, so an answer cannot open a link, a tag or a cell."""
+    from ragassay.fsio import atomic_write_text
+
+    out = check_cases_path(out)
+
+    def cell(text) -> str:
+        return "" if text is None else _md_escape(text)
+
     if out.suffix == ".jsonl":
         text = "".join(json.dumps(c, ensure_ascii=False, sort_keys=True) + "\n" for c in export["cases"])
     else:
-        na, nb = export["run_a"]["name"], export["run_b"]["name"]
-        lines = [f"# Cases: {_md_cell(na)} -> {_md_cell(nb)} on {export['metric']}", ""]
+        na, nb, metric = cell(export["run_a"]["name"]), cell(export["run_b"]["name"]), cell(export["metric"])
+        lines = [MD_GENERATOR, f"# Cases: {na} → {nb} on {metric}", ""]
         for c in export["cases"]:
-            lines += [f"## {c['kind']}: {_md_cell(c['query_id'])} ({_md_cell(c['stratum'])})", "",
-                      f"**Question:** {_md_cell(c['question'])}  ", f"**Reference:** {_md_cell(c['reference_answer'])}",
-                      "", f"| | {_md_cell(na)} | {_md_cell(nb)} |", "|---|---|---|",
-                      f"| {export['metric']} | {_md_cell(c['a'])} | {_md_cell(c['b'])} |"]
+            lines += [f"## {c['kind']}: {cell(c['query_id'])} ({cell(c['stratum'])})", "",
+                      f"**Question:** {cell(c['question'])}  ", f"**Reference:** {cell(c['reference_answer'])}",
+                      "", f"| | {na} | {nb} |", "|---|---|---|",
+                      f"| {metric} | {cell(c['a'])} | {cell(c['b'])} |"]
             for field in ("outcome", "answer"):
                 va = (c["trace_a"] or {}).get(field)
                 vb = (c["trace_b"] or {}).get(field)
-                lines.append(f"| {field} | {_md_cell(va)} | {_md_cell(vb)} |")
+                lines.append(f"| {field} | {cell(va)} | {cell(vb)} |")
             ctx = [" ; ".join(f"{u['doc_id']}[{u['start']}:{u['end']}]" for u in (t or {}).get("packed", []))
                    for t in (c["trace_a"], c["trace_b"])]
-            lines += [f"| context | {_md_cell(ctx[0])} | {_md_cell(ctx[1])} |", ""]
+            lines += [f"| context | {cell(ctx[0])} | {cell(ctx[1])} |", ""]
         text = "\n".join(lines) + "\n"
-    out.write_text(text, encoding="utf-8")
+    atomic_write_text(out, text)
     return out
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ragassay.errors import SchemaError
+from ragassay.errors import InputError, SchemaError
 
 TOKEN_METRICS = ("token_recall", "token_precision", "token_iou")
 SPAN_METRICS = ("recall@context", "ndcg@final_k", "answer_f1")
@@ -53,16 +53,42 @@ class SweepSpec:
     source: str = "<sweep>"
 
 
+GRID_AXES = ("kind", "size", "overlap")
+
+
+def _axis(where: str, grid: dict, key: str, default: list | None, ok, entry: str) -> list:
+    values = grid.get(key, default)
+    if not isinstance(values, list) or not values:
+        raise SchemaError(f"{where}: grid.{key} must be a non-empty list, each entry {entry}; got {values!r}")
+    bad = [v for v in values if not ok(v)]
+    if bad:
+        raise SchemaError(f"{where}: grid.{key} holds {', '.join(map(repr, bad))}; each entry must be {entry}")
+    return values
+
+
 def _grid(where: str, grid: dict) -> list[tuple[str, dict]]:
-    kinds, sizes, overlaps = grid.get("kind", ["recursive"]), grid.get("size"), grid.get("overlap", [0])
-    if not isinstance(sizes, list) or not sizes:
-        raise SchemaError(f"{where}: grid.size must be a non-empty list of token counts")
+    """The configs of a grid: kind x size x overlap. Every entry is checked (a size of 0 or below is refused,
+    not dropped); an overlap above 0 applies to fixed windows only, so other kinds take the overlap-0 entry,
+    and a fixed window's overlap must be smaller than its size."""
+    unknown = sorted(str(k) for k in grid if k not in GRID_AXES)
+    if unknown:
+        raise SchemaError(f"{where}: unknown grid key(s) {', '.join(unknown)}; a grid has "
+                          f"{', '.join(GRID_AXES)}")
+
+    def is_int(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    kinds = _axis(where, grid, "kind", ["recursive"], lambda v: isinstance(v, str) and v, "a chunker kind")
+    sizes = _axis(where, grid, "size", None, lambda v: is_int(v) and v >= 1, "a token count >= 1")
+    overlaps = _axis(where, grid, "overlap", [0], lambda v: is_int(v) and v >= 0, "a token count >= 0")
     out = []
     for kind, size, ov in itertools.product(kinds, sizes, overlaps):
         if ov and kind != "fixed":
             continue  # overlap applies to fixed windows only (the pipeline config refuses it elsewhere)
         if ov >= size:
-            continue
+            raise SchemaError(f"{where}: grid entry fixed-{size}-o{ov}: the overlap ({ov}) must be smaller than "
+                              f"the size ({size}); drop that overlap or size from the grid, or list the configs "
+                              f"you want under configs:")
         out.append((f"{kind}-{size}" + (f"-o{ov}" if ov else ""), {"chunker": {"kind": kind, "size": size,
                                                                               "overlap": ov}}))
     return out
@@ -77,7 +103,8 @@ def load_sweep(path: str | Path) -> SweepSpec:
     where = str(path)
     if not isinstance(data, dict):
         raise SchemaError(f"{where}: a sweep is a mapping with base, baseline, budget_tokens and configs or grid")
-    unknown = sorted(set(data) - {"name", "base", "baseline", "budget_tokens", "fixed_k", "configs", "grid"})
+    unknown = sorted(str(k) for k in data
+                     if k not in {"name", "base", "baseline", "budget_tokens", "fixed_k", "configs", "grid"})
     if unknown:
         raise SchemaError(f"{where}: unknown key(s) {', '.join(unknown)}; see docs/stages.md")
     base = data.get("base", "bm25")
@@ -87,12 +114,21 @@ def load_sweep(path: str | Path) -> SweepSpec:
     if not base_path.is_file():
         raise SchemaError(f"{where}: base {base!r} is neither a bundled config (bm25, hybrid, hybrid_rerank, "
                           f"oracle) nor a file next to the sweep")
+    if not isinstance(data.get("configs") or [], list):
+        raise SchemaError(f"{where}: configs must be a list of {{name, sections to override}} entries")
     configs: list[tuple[str, dict]] = []
     for i, c in enumerate(data.get("configs") or []):
         if not isinstance(c, dict) or not isinstance(c.get("name"), str):
             raise SchemaError(f"{where}: configs[{i}] needs a name and the sections it overrides")
+        if not _file_name(c["name"]):
+            raise SchemaError(f"{where}: configs[{i}] name {c['name']!r} must be a plain file name (no path "
+                              f"separator, not . or ..): the config and its traces are written under it")
         configs.append((c["name"], {k: v for k, v in c.items() if k != "name"}))
-    if isinstance(data.get("grid"), dict):
+    if "grid" in data:
+        if not isinstance(data["grid"], dict) or not data["grid"]:
+            raise SchemaError(f"{where}: grid must be a mapping with a non-empty size list (and kind and overlap "
+                              f"lists), e.g. grid: {{kind: [fixed], size: [128, 256]}}, got {data['grid']!r}; or "
+                              f"leave grid out")
         configs += _grid(where, data["grid"])
     if len(configs) < 2:
         raise SchemaError(f"{where}: a sweep needs at least two configs (configs: or grid:)")
@@ -106,7 +142,21 @@ def load_sweep(path: str | Path) -> SweepSpec:
     for key, v in (("budget_tokens", budget), ("fixed_k", k)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise SchemaError(f"{where}: {key} must be a positive integer, got {v!r}")
-    return SweepSpec(str(data.get("name") or path.stem), base_path, baseline, budget, k, configs, where)
+    spec = SweepSpec(str(data.get("name") or path.stem), base_path, baseline, budget, k, configs, where)
+    check_configs(spec)
+    return spec
+
+
+def _file_name(name: str) -> bool:
+    return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name and "\0" not in name
+
+
+def check_configs(spec: SweepSpec) -> None:
+    """Validate every config the sweep would run (base + overrides); the first bad one is refused, naming it."""
+    from ragassay.pipeline.config import parse_config
+
+    for name, over in spec.configs:
+        parse_config(config_for(spec, name, over), f"{spec.source}: config {name}")
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -118,9 +168,11 @@ def _merge(base: dict, over: dict) -> dict:
 
 def config_for(spec: SweepSpec, name: str, over: dict) -> dict:
     """The pipeline config a sweep runs for one entry: base + overrides, final_k = fusion depth, the budget."""
-    import yaml
+    from ragassay.yamlio import load_yaml
 
-    base = yaml.safe_load(spec.base.read_text(encoding="utf-8")) or {}
+    base = load_yaml(spec.base, "pipeline config") or {}
+    if not isinstance(base, dict):
+        raise SchemaError(f"{spec.base}: the sweep's base must be a pipeline config (a mapping of sections)")
     cfg = _merge(base, over)
     cfg["name"] = name
     depth = (cfg.get("fusion") or {}).get("depth", 50)
@@ -217,26 +269,33 @@ def measure_config(traces, golden, corpus, space, chunker: dict, budget: int, fi
 
 def run_sweep(store, spec: SweepSpec, corpus, golden, workdir: str | Path, *, n_resamples: int = 2000,
               seed: int = 0, confidence: float = 0.95, progress=None) -> SweepResult:
-    """Run, store and measure every config of ``spec``; compare each with the baseline."""
+    """Run, store and measure every config of ``spec``; compare each with the baseline. Every config and
+    setting is checked before ``workdir`` (new or empty) is created or anything runs."""
     import yaml
 
     from ragassay.analysis.compare import compare_runs, compare_wide
     from ragassay.analysis.runner import run_pipeline_into_store
+    from ragassay.fsio import check_output_dir, make_dir
     from ragassay.metrics.tokens import TokenSpace
-    from ragassay.pipeline.config import parse_config
     from ragassay.stats import adjust_pvalues
     from ragassay.trace import TraceReader
 
+    ok = isinstance(n_resamples, int) and not isinstance(n_resamples, bool) and 100 <= n_resamples <= 1_000_000
+    if not ok:
+        raise InputError(f"n_resamples={n_resamples!r}: give an integer between 100 and 1,000,000")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InputError(f"seed={seed!r}: give an integer >= 0")
+    if not isinstance(confidence, float | int) or not 0 < confidence < 1:
+        raise InputError(f"confidence={confidence!r}: give a number strictly between 0 and 1")
+    check_configs(spec)
     workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
+    check_output_dir(workdir, "sweep")
+    make_dir(workdir)
     space = TokenSpace.from_corpus(corpus)
     threshold = int(golden.manifest.get("relevance_threshold", 2))
     run_ids: dict[str, str] = {}
     rows: list[dict] = []
     per_query: dict[str, dict[str, np.ndarray]] = {}
-    for name, over in spec.configs:
-        cfg = config_for(spec, name, over)
-        parse_config(cfg, f"{spec.source}: config {name}")  # every config is refused before anything runs
     for i, (name, over) in enumerate(spec.configs):
         cfg = config_for(spec, name, over)
         cfg_path = workdir / f"{name}.yaml"

@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from ragassay.cli import checks
 from ragassay.cli.common import console, esc, print_json
 from ragassay.errors import InputError
 
@@ -41,7 +42,7 @@ KINDS: dict[str, tuple[str, str]] = {
 STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")
 JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of the summary.")
 CORRECT_OPT = typer.Option("answer_f1>=0.5", "--correct", help="Correctness rule METRIC>=THRESHOLD.")
-RESAMPLES_OPT = typer.Option(2_000, "--resamples", help="Bootstrap resamples.")
+RESAMPLES_OPT = typer.Option(2_000, "--resamples", help="Bootstrap resamples (100 to 1,000,000).")
 REBASELINE_OPT = typer.Option(False, "--rebaseline", help="Analyse runs whose pins differ (golden set, corpus, "
                                                           "metric version, ...); the output names the pins.")
 
@@ -82,8 +83,10 @@ def decomposition(
     correct: str = CORRECT_OPT, resamples: int = RESAMPLES_OPT, seed: int = typer.Option(0, "--seed"),
     rebaseline: bool = REBASELINE_OPT, store: Path = STORE_OPT, json_out: bool = JSON_OPT,
 ) -> None:
-    from ragassay.analysis.decomposition import decomposition_between, decomposition_of_run
+    from ragassay.analysis.decomposition import CorrectRule, decomposition_between, decomposition_of_run
 
+    checks.refuse(checks.resamples(resamples), checks.seed(seed))
+    CorrectRule.parse(correct)  # a bad rule is refused before the store is read
     if rebaseline and run_b is None:
         raise InputError("--rebaseline applies to two runs (RUN RUN_B); one run is compared with nothing")
     with _open(store) as st:
@@ -124,8 +127,10 @@ def ladder(
     correct: str = CORRECT_OPT, resamples: int = RESAMPLES_OPT, rebaseline: bool = REBASELINE_OPT,
     store: Path = STORE_OPT, json_out: bool = JSON_OPT,
 ) -> None:
-    from ragassay.analysis.decomposition import oracle_ladder
+    from ragassay.analysis.decomposition import CorrectRule, oracle_ladder
 
+    checks.refuse(checks.resamples(resamples))
+    CorrectRule.parse(correct)  # a bad rule is refused before the store is read
     with _open(store) as st:
         res = oracle_ladder(st, runs, oracle=oracle, correct=correct, n_resamples=resamples, rebaseline=rebaseline)
     if json_out:
@@ -151,12 +156,13 @@ def slices(
     golden: Path = typer.Option(None, "--golden", help="Built golden folder (needed for keys other than stratum)."),
     declared: Path = typer.Option(None, "--declared", help="Slices file declared before the runs."),
     cases: Path = typer.Option(None, "--cases", help="Write the case export here (.md or .jsonl)."),
-    top: int = typer.Option(10, "--top", help="Top gains and losses to export."),
-    sample: int = typer.Option(10, "--random", help="Random cases to export."),
+    top: int = typer.Option(10, "--top", help="Top gains and losses to export (0 for none)."),
+    sample: int = typer.Option(10, "--random", help="Random cases to export (0 for none)."),
     resamples: int = RESAMPLES_OPT, seed: int = typer.Option(0, "--seed"), rebaseline: bool = REBASELINE_OPT,
     store: Path = STORE_OPT, json_out: bool = JSON_OPT,
 ) -> None:
     from ragassay.analysis.slicing import (
+        check_cases_path,
         export_cases,
         load_run_golden,
         read_declared,
@@ -164,6 +170,10 @@ def slices(
         write_cases,
     )
 
+    checks.refuse(checks.count("--top", top, 0), checks.count("--random", sample, 0), checks.resamples(resamples),
+                  checks.seed(seed))
+    if cases is not None:
+        check_cases_path(cases)  # before any work: an existing file ragassay did not write is never replaced
     with _open(store) as st:
         g = load_run_golden(st, run_b, golden) if golden else None
         dec = read_declared(declared) if declared else None
@@ -204,11 +214,13 @@ def ablation(
 ) -> None:
     from ragassay.analysis.ablation import load_ablation, run_ablation
     from ragassay.analysis.runner import load_inputs
+    from ragassay.cli.run import kept_only_with_runs
     from ragassay.store import Store
 
+    checks.refuse(checks.count("--trials", trials), checks.resamples(resamples))
     spec = load_ablation(file)
     c, g = load_inputs(corpus, golden)
-    with Store.open(store) as st:
+    with kept_only_with_runs(store), Store.open(store) as st:
         res = run_ablation(st, spec, c, g, trials=trials, n_resamples=resamples)
     if json_out:
         print_json(res)
@@ -236,6 +248,7 @@ def latency(
 ) -> None:
     from ragassay.analysis.latency import latency_analysis, load_run
 
+    checks.refuse(checks.count("--concurrency", concurrency), checks.count("--requests", requests))
     if load is not None:
         from ragassay.analysis.runner import load_inputs
         from ragassay.pipeline import Pipeline, load_config
@@ -281,8 +294,10 @@ def consistency(
     correct: str = CORRECT_OPT, store: Path = STORE_OPT, json_out: bool = JSON_OPT,
 ) -> None:
     from ragassay.analysis.consistency import consistency_of_run
+    from ragassay.analysis.decomposition import CorrectRule
     from ragassay.analysis.slicing import run_traces
 
+    CorrectRule.parse(correct)  # a bad rule is refused before the store is read
     with _open(store) as st:
         res = consistency_of_run(st, run, correct=correct, traces=run_traces(st, run))
     if json_out:

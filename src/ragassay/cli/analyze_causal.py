@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from ragassay.cli import checks
 from ragassay.cli.analyze import REBASELINE_OPT, print_rebaselined
 from ragassay.cli.common import console, esc, print_json
 from ragassay.errors import InputError
@@ -55,7 +56,7 @@ def attribution(
                                                                "first: each copy is its own item."),
     refill: str = typer.Option("none", "--refill", help="none, or reserve: refill vacated tokens from the cut "
                                                         "units."),
-    limit: int = typer.Option(None, "--limit", help="Only the first N golden queries."),
+    limit: int = typer.Option(None, "--limit", help="Only the first N golden queries (N >= 1)."),
     seed: int = typer.Option(0, "--seed"), resamples: int = typer.Option(2000, "--resamples"),
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -67,6 +68,9 @@ def attribution(
         contexts_from_traces,
     )
 
+    checks.refuse(checks.count("--k", k), checks.count("--max-exact", max_exact, 0),
+                  checks.count("--permutations", permutations, 2), checks.count("--repeats", repeats),
+                  checks.count("--limit", limit), checks.seed(seed), checks.resamples(resamples))
     policy = RemovalPolicy(duplicates=duplicates, refill=refill)  # type: ignore[arg-type]
     c, queries, pipe, traces = _pipeline_and_traces(config, corpus, golden, limit)
     contexts, reserves = contexts_from_traces(traces, c, stage=stage, k=k)
@@ -94,7 +98,7 @@ def attacks(
     config: Path = CONFIG_OPT, golden: Path = GOLDEN_OPT, corpus: Path = CORPUS_OPT,
     attack: list[str] = typer.Option(None, "--attack", help="Attack class (repeatable; default all four)."),
     access: list[str] = typer.Option(None, "--access", help="targeted and/or untargeted (default both)."),
-    limit: int = typer.Option(None, "--limit", help="At most N target queries per class."),
+    limit: int = typer.Option(None, "--limit", help="At most N target queries per class (N >= 1)."),
     json_out: bool = JSON_OPT,
 ) -> None:
     """Planted-injection suite: attack success rate per class with exact intervals."""
@@ -102,6 +106,7 @@ def attacks(
     from ragassay.analysis.demo import demo_config_dir
     from ragassay.analysis.runner import load_inputs
 
+    checks.refuse(checks.count("--limit", limit))
     c, g = load_inputs(corpus, golden)
     res = run_attack_suite(config or demo_config_dir() / "bm25.yaml", c, g,
                            attacks=tuple(attack or ATTACK_CLASSES), access=tuple(access or ACCESS), limit=limit)
@@ -141,6 +146,11 @@ def hygiene(
     from ragassay.analysis.runner import load_inputs
     from ragassay.corpus import load_corpus
 
+    checks.refuse(checks.count("--n", n),
+                  checks.number("--threshold", threshold, 0, 1, low_open=True,
+                                why="the score a correct answer reaches on the [0, 1] scale, e.g. 0.5"),
+                  checks.number("--margin", margin, 0, 1, why="a gap on the [0, 1] score scale, e.g. 0.05"),
+                  checks.resamples(resamples))
     c, g = load_inputs(corpus, golden)
     overlap = {f"{k}_vs_corpus": v for k, v in hy.golden_overlap(g, [d.text for d in c], n=n).items()}
     if dump is not None:

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ragassay.analysis.compare import DEFAULT_MIN_EFFECT, compare_runs, coverage_lines
 from ragassay.analysis.gate import load_policy, run_gate
+from ragassay.cli import checks
 from ragassay.cli.common import EXIT_FAIL, console, print_json, progress
 from ragassay.errors import InputError
 from ragassay.metrics.names import canonical_name
@@ -131,6 +132,7 @@ def compare(
     """Paired deltas per metric and stratum with bootstrap CIs, W/L/T, MDE, BH-adjusted p and claims.
 
     Metric names may be spelled as ir_measures or trec_eval do (nDCG@final_k, P@5, recip_rank)."""
+    checks.refuse(checks.resamples(resamples), checks.seed(seed))
     if test not in TESTS:
         raise InputError(f"--test {test!r}: use one of {', '.join(TESTS)}")
     if fmt not in FORMATS:

@@ -34,6 +34,35 @@ def _sigterm_unwinds():
         signal.signal(signal.SIGTERM, old)
 
 
+def _check_has_traces(path: Path) -> None:
+    """Refuse a trace file with no line after its header (empty, blank lines, or the header alone) before
+    anything is created: converting it would write a dataset of no traces."""
+    import json
+
+    from ragassay.errors import InputError
+
+    if not path.is_file():
+        return  # the converter names a missing file or a folder itself
+    header = False
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            line = (raw.removeprefix(b"\xef\xbb\xbf") if lineno == 1 else raw).strip()
+            if not line:
+                continue
+            if lineno == 1:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    return  # a bad first line is a line to count and name, not an empty file
+                if isinstance(rec, dict) and rec.get("type") == "header":
+                    header = True
+                    continue
+            return
+    what = "holds only the run header (line 1) and no trace" if header else "is empty (no trace lines)"
+    raise InputError(f"{path}: {what}; nothing to convert — pass a JSONL trace file with at least one trace "
+                     "(a header line, then one trace per line)")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("convert")
     def convert(
@@ -58,6 +87,7 @@ def register(app: typer.Typer) -> None:
         from ragassay.cli.common import console, err_console, esc, print_json, progress
         from ragassay.trace.convert import convert_jsonl_to_parquet
 
+        _check_has_traces(traces)
         size = traces.stat().st_size if traces.is_file() else 0
         with progress(enabled=not json_out) as bar, _sigterm_unwinds():
             task = bar.add_task(f"converting {esc(traces.name)}", total=size or None)

@@ -33,6 +33,7 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
+from ragassay.cli.checks import number, refuse
 from ragassay.cli.common import EXIT_FAIL, console, print_json
 
 EXTRAS = {"dense": ["torch", "sentence-transformers"], "llm": ["anthropic", "openai"], "ray": ["ray"],
@@ -207,25 +208,25 @@ RAW_THRESHOLD_KEYS = ("threshold", "min", "min_value", "max", "max_value", "targ
 
 
 def _raw_queries(path: Path) -> list[dict]:
-    """The query records of a built golden set (folder) or an authoring file, read without validation so that
-    files the strict loaders refuse can still be diagnosed."""
+    """The query records of a built golden set (folder) or an authoring file, read without schema validation
+    so that files the golden-set loaders refuse can still be diagnosed. The file itself is read as `golden
+    build` reads it (``ragassay.yamlio``): not UTF-8, invalid YAML, a duplicate key or an alias bomb is refused
+    the same way, never diagnosed as an empty set."""
     import json
 
     from ragassay.errors import InputError
+    from ragassay.yamlio import load_yaml, read_utf8
 
     src = path / "golden.jsonl" if path.is_dir() else path
     if not src.is_file():
         raise InputError(f"{path}: no golden set here (a built folder with golden.jsonl, or a .yaml / .jsonl "
                          "authoring file)")
-    text = src.read_text(encoding="utf-8")
     if src.suffix in (".yaml", ".yml"):
-        import yaml
-
-        data = yaml.safe_load(text) or {}
+        data = load_yaml(src, "golden set") or {}
         queries = data.get("queries", []) if isinstance(data, dict) else data
     else:
         queries = []
-        for n, line in enumerate(text.splitlines(), 1):
+        for n, line in enumerate(read_utf8(src, "golden set").splitlines(), 1):
             if line.strip():
                 try:
                     queries.append(json.loads(line))
@@ -359,9 +360,9 @@ def doctor(
     corpus: Path = typer.Option(None, "--corpus", help="Corpus to check the golden set's pins against."),
     config: list[Path] = typer.Option(None, "--config", help="Pipeline config to check (repeatable)."),
     policy: Path = typer.Option(None, "--policy", help="Gate policy to check (raw thresholds, sample size)."),
-    sigma_d: float = typer.Option(0.25, "--sigma-d", min=0.0,
+    sigma_d: float = typer.Option(0.25, "--sigma-d",
                                   help="SD of per-query differences for the sample-size check (spec §13's "
-                                       "middle value; measure yours with compare's σ_d)."),
+                                       "middle value; measure yours with compare's σ_d); a finite number > 0."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Check the environment and the project for the anti-patterns of spec §17: labels tied to chunk ids, no
@@ -370,6 +371,7 @@ def doctor(
 
     Every line is PASS / WARN / FAIL with the spec section and the fix. Exit code 0 when nothing FAILs (PASS
     or WARN), 1 on a FAIL, 2 on bad input — like gate."""
+    refuse(number("--sigma-d", sigma_d, 0, low_open=True, why="measure it with compare's σ_d column, e.g. 0.25"))
     checks = environment_checks(Path.cwd()) + store_checks(store)
     n_queries = None
     if golden is not None:

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
+from ragassay.cli import checks
 from ragassay.cli.common import console, esc, print_json
 from ragassay.errors import InputError
 
@@ -31,18 +32,6 @@ class _ScoreByDefault(TyperGroup):
 judge_app = typer.Typer(cls=_ScoreByDefault, no_args_is_help=True,
                         help="Judge a stored run's answers (score, the default), validate a judge against human "
                              "labels, or measure a judge change on archived answers (rebaseline).")
-
-
-def _traces_path(rec, given: Path | None) -> Path:
-    if given is not None:
-        return given
-    if rec.source.startswith("traces:"):
-        return Path(rec.source.removeprefix("traces:"))
-    folder = (rec.extra or {}).get("traces_dir")
-    if folder:
-        return Path(folder) / f"{rec.run_id}.jsonl"
-    raise InputError(f"run {rec.name} ({rec.run_id}) recorded no traces (run it with --traces-dir, or score a "
-                     "trace file); pass the traces with --traces")
 
 
 def judge(
@@ -70,6 +59,7 @@ def judge(
     cfg = load_judge_config(judge_config)  # a bad config is refused before anything else is read
     if not store.is_file():
         raise InputError(f"{store}: no such store; run or score the run first (or pass --store)")
+    from ragassay.analysis.judging import executor_client
     from ragassay.analysis.runner import load_inputs
     from ragassay.judges.score import judge_stored_run
     from ragassay.store import Store
@@ -82,8 +72,8 @@ def judge(
             raise InputError(f"{path}: the traces of run {rec.name} are not there; pass them with --traces")
         header, recs, problems = read_traces(path)
         corp, gs = load_inputs(corpus, golden)
-        summary = judge_stored_run(st, rec.run_id, recs, gs, corp, cfg, resume=resume, executor=executor,
-                                   header=header, traces_label=str(path))
+        summary = judge_stored_run(st, rec.run_id, recs, gs, corp, cfg, resume=resume,
+                                   open_client=executor_client(executor), header=header, traces_label=str(path))
     out = summary.to_dict()
     out["trace_problems"] = len(problems)
     if json_out:
@@ -115,7 +105,7 @@ def print_judge_summary(summary) -> None:
 
 
 judge_app.command("score")(judge)
-from ragassay.cli.judge_pairwise import pairwise  # noqa: E402  (light: its heavy imports run with it)
+from ragassay.cli.judge_pairwise import _traces_path, pairwise  # noqa: E402  (light: its heavy imports run with it)
 
 judge_app.command("pairwise")(pairwise)
 
@@ -169,7 +159,7 @@ def validate(
                                       "labels than this in any class (the gate's floor default)."),
     min_items: int = typer.Option(100, "--min-items", help="Refuse a label set with fewer compared labels "
                                   "than this in all (the gate's floor default)."),
-    resamples: int = typer.Option(2_000, "--resamples", help="Bootstrap resamples."),
+    resamples: int = typer.Option(2_000, "--resamples", help="Bootstrap resamples (100 to 1,000,000)."),
     seed: int = typer.Option(0, "--seed"),
     confidence: float = typer.Option(0.95, "--confidence"),
     json_out: bool = typer.Option(False, "--json"),
@@ -202,11 +192,8 @@ def validate(
     if tier1 is not None and kind != "support":
         raise InputError(f"--tier1 validates a cascade over support judgements: use it with --kind support, not "
                          f"{kind}")
-    for name, v in (("--min-per-class", min_per_class), ("--min-items", min_items)):
-        if v < 1:
-            raise InputError(f"{name} must be an integer >= 1, got {v}")
-    if not 100 <= resamples <= 1_000_000:
-        raise InputError(f"--resamples must be between 100 and 1,000,000, got {resamples}")
+    checks.refuse(checks.count("--min-per-class", min_per_class), checks.count("--min-items", min_items),
+                  checks.resamples(resamples), checks.seed(seed))
     if not 0 < confidence < 1:
         raise InputError(f"--confidence must be in (0, 1), got {confidence}")
     for name, v in (("--max-false-pass", max_false_pass), ("--max-false-fail", max_false_fail)):
@@ -377,7 +364,7 @@ def rebaseline_cmd(
     store: Path = STORE_OPT,
     corpus: Path = typer.Option(None, "--corpus", help="Corpus the runs used (default: bundled)."),
     golden: Path = typer.Option(None, "--golden", help="Golden set the runs used (default: bundled)."),
-    resamples: int = typer.Option(2_000, "--resamples", help="Bootstrap resamples."),
+    resamples: int = typer.Option(2_000, "--resamples", help="Bootstrap resamples (100 to 1,000,000)."),
     seed: int = typer.Option(0, "--seed"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -390,9 +377,8 @@ def rebaseline_cmd(
     from ragassay.store import Store
     from ragassay.trace.io import read_traces
 
+    checks.refuse(checks.resamples(resamples), checks.seed(seed))
     old_cfg, new_cfg = load_judge_config(old), load_judge_config(new)
-    if not 100 <= resamples <= 1_000_000:
-        raise InputError(f"--resamples must be between 100 and 1,000,000, got {resamples}")
     if not store.is_file():
         raise InputError(f"{store}: no such store; pass the store that holds the runs with --store")
     corp, gs = load_inputs(corpus, golden)

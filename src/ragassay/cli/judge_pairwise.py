@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
+from ragassay.cli import checks
 from ragassay.cli.common import console, print_json
 from ragassay.errors import InputError
 
@@ -40,8 +41,19 @@ def _comparable(st, a: str, b: str) -> tuple:
     return rec_a, rec_b
 
 
+def _traces_path(rec, given: Path | None) -> Path:
+    if given is not None:
+        return given
+    if rec.source.startswith("traces:"):
+        return Path(rec.source.removeprefix("traces:"))
+    folder = (rec.extra or {}).get("traces_dir")
+    if folder:
+        return Path(folder) / f"{rec.run_id}.jsonl"
+    raise InputError(f"run {rec.name} ({rec.run_id}) recorded no traces (run it with --traces-dir, or score a "
+                     "trace file); pass the traces with --traces")
+
+
 def _load_traces(st, rec, given: Path | None, role: str, golden):
-    from ragassay.cli.judge import _traces_path
     from ragassay.judges.score import check_traces_of
     from ragassay.trace.io import read_traces
 
@@ -115,7 +127,7 @@ def pairwise(
                                                            "them)."),
     corpus: Path = typer.Option(None, "--corpus", help="Corpus the runs used (default: bundled)."),
     golden: Path = typer.Option(None, "--golden", help="Golden set the runs used (default: bundled)."),
-    resamples: int = typer.Option(2_000, "--resamples", help="Bootstrap resamples."),
+    resamples: int = typer.Option(2_000, "--resamples", help="Bootstrap resamples (100 to 1,000,000)."),
     seed: int = typer.Option(0, "--seed"),
     confidence: float = typer.Option(0.95, "--confidence"),
     json_out: bool = typer.Option(False, "--json"),
@@ -124,8 +136,7 @@ def pairwise(
     first): B's win rate, A's, ties, inconsistent pairs (the orders disagree), B's preference score with a
     bootstrap CI over queries, the position bias (first-slot share, order disagreement = the noise floor),
     pairs left out by reason and the cost line. A pair judged before is answered from the store."""
-    if not 100 <= resamples <= 1_000_000:
-        raise InputError(f"--resamples must be between 100 and 1,000,000, got {resamples}")
+    checks.refuse(checks.resamples(resamples), checks.seed(seed))
     if not 0 < confidence < 1:
         raise InputError(f"--confidence must be in (0, 1), got {confidence}")
     from ragassay.judges.config import build_judge, load_judge_config

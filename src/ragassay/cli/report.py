@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
+from ragassay.cli import checks
 from ragassay.cli.common import console, err_console, print_json
 from ragassay.errors import InputError
 
@@ -45,8 +46,9 @@ def report(
         help="Bootstrap resamples for the comparisons (100 to 1,000,000); above 20,000 queries the report uses "
              "fewer (never below 2,000) and says so on the page."),
     analysis_resamples: int = typer.Option(
-        2_000, "--analysis-resamples", min=100,
-        help="Bootstrap resamples for the analysis sections (decomposition, ladder, slices); stated on the page."),
+        2_000, "--analysis-resamples",
+        help="Bootstrap resamples for the analysis sections (decomposition, ladder, slices; 100 to 1,000,000); "
+             "stated on the page."),
     analyses: bool = typer.Option(True, "--analyses/--no-analyses",
                                   help="Add the analysis sections (delivery/use, oracle ladder, slices, stage "
                                        "latency, consistency)."),
@@ -74,6 +76,7 @@ def report(
     from ragassay.fsio import atomic_write_bytes
     from ragassay.store import Store
 
+    checks.refuse(checks.resamples(resamples), checks.resamples(analysis_resamples, "--analysis-resamples"))
     if (corpus is None) != (golden is None):
         raise InputError("pass --golden and --corpus together (the golden set is resolved against its corpus)")
     from ragassay.report.include import load_include

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -20,7 +22,7 @@ from rich.text import Text
 from ragassay._progress import scoring_bar
 from ragassay.analysis.summary import stored_run_summary
 from ragassay.cli.common import console, print_json
-from ragassay.errors import InputError
+from ragassay.errors import InputError, RagassayError
 from ragassay.store import Store
 
 HEADLINE = ("recall@fusion_depth", "ndcg@final_k", "recall@context", "answer_f1", "abstention_recall",
@@ -164,6 +166,29 @@ def _options(gs, hit_rule: str | None, threshold: int | None, gain: str):
     return ScoringOptions(hit_rule=rule, relevance_threshold=level, gain=gain)
 
 
+@contextmanager
+def kept_only_with_runs(store: Path) -> Iterator[None]:
+    """Run a block that creates ``store`` by opening it; when the block fails and the store did not exist
+    before, remove it unless it holds a run. A refused command leaves no empty store file behind, and a run
+    interrupted after it was created stays in the store for ``--resume``."""
+    existed = store.exists() or store.is_symlink()
+    try:
+        yield
+    except BaseException:
+        if not existed and store.is_file() and not _holds_runs(store):
+            store.unlink()
+            Path(f"{store}.wal").unlink(missing_ok=True)
+        raise
+
+
+def _holds_runs(store: Path) -> bool:
+    try:
+        with Store.open(store, read_only=True) as st:
+            return bool(st.list_runs())
+    except RagassayError:  # unreadable (another writer's lock, say): never remove what cannot be checked
+        return True
+
+
 def _judge_run(st, run_id: str, gs, corp, cfg):
     """Judge a finished run's answers from its recorded traces (the `ragassay judge score` path)."""
     from ragassay.analysis.slicing import run_traces
@@ -202,6 +227,11 @@ def run(
 
     _options(None, hit_rule, threshold, gain)  # bad flags are refused before anything is loaded
     executor = check_executor(executor)
+    if resume is not None and not store.is_file():
+        raise InputError(f"--resume {resume}: there is no results store at {store} to resume a run from; pass "
+                         "the --store that holds the interrupted run")
+    if traces is not None and not traces.exists():
+        raise InputError(f"{traces}: trace file not found; pass the path of a .jsonl trace file with --traces")
     judge_cfg = None
     if judge is not None:
         from ragassay.judges.config import load_judge_config
@@ -220,7 +250,9 @@ def run(
         load_config(config)  # a bad config is refused before anything is loaded or a store is created
     corp, gs = load_inputs(corpus, golden)
     opts = _options(gs, hit_rule, threshold, gain)
-    with Store.open(store) as st:
+    with kept_only_with_runs(store), Store.open(store) as st:
+        if resume is not None:
+            st.get_run(resume)  # an unknown run is refused before the progress bar starts
         info = None
         if traces is not None:
             run_id, info = score_traces_into_store(st, traces, corp, gs, options=opts, name=name,
@@ -290,7 +322,7 @@ def score(
         with reading_ahead(traces[0], batch_size) as ahead:
             corp, gs = load_inputs(corpus, golden)
             opts = _options(gs, hit_rule, threshold, gain)
-            with Store.open(store) as st, st.memory_limited():
+            with kept_only_with_runs(store), Store.open(store) as st, st.memory_limited():
                 with _score_progress(traces[0], json_out) as tick:
                     run_id, info = score_dataset_into_store(st, traces[0], corp, gs, options=opts, name=name,
                                                             allow_pin_mismatch=allow_pin_mismatch,
@@ -300,7 +332,7 @@ def score(
         return
     corp, gs = load_inputs(corpus, golden)
     opts = _options(gs, hit_rule, threshold, gain)
-    with Store.open(store) as st, st.memory_limited():
+    with kept_only_with_runs(store), Store.open(store) as st, st.memory_limited():
         if one:
             with _score_progress(traces[0], json_out) as tick:
                 run_id, info = score_dataset_into_store(st, traces[0], corp, gs, options=opts, name=name,

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from ragassay.cli import checks
 from ragassay.cli.common import console, esc, print_json
 
 STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")
@@ -22,13 +23,16 @@ def corpus_check(
     corpus: Path = typer.Argument(None, help="Corpus folder or .jsonl (default: the bundled corpus)."),
     spans: int = typer.Option(50, "--spans", min=1, help="Random spans per document for the offset round trip."),
     tolerance: float = typer.Option(0.05, "--drift-tolerance", help="Largest token-ratio distance from the "
-                                                                   "class median before a document is listed."),
+                                                                   "class median before a document is listed "
+                                                                   "(a finite number >= 0)."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Idempotence, offset round trip and token-count drift per document class; exit 1 on any failure."""
     from ragassay.corpus import bundled_corpus_dir, load_corpus
     from ragassay.corpus.check import check_corpus
 
+    checks.refuse(checks.number("--drift-tolerance", tolerance, 0,
+                                why="a distance of token ratios from the class median, e.g. 0.05"))
     res = check_corpus(load_corpus(corpus or bundled_corpus_dir()), n_spans=spans, drift_tolerance=tolerance)
     if json_out:
         print_json(res.to_dict())
@@ -57,7 +61,7 @@ def register_parse(app: typer.Typer) -> None:
         golden: Path = typer.Option(None, "--golden", help="Golden set (built folder or authoring file)."),
         corpus: Path = typer.Option(None, "--corpus", help="Corpus the golden set was built on (default: "
                                                            "SOURCE, or the bundled corpus)."),
-        threshold: float = typer.Option(0.9, "--threshold", help="Fuzzy token-alignment similarity."),
+        threshold: float = typer.Option(0.9, "--threshold", help="Fuzzy token-alignment similarity, in (0, 1]."),
         json_out: bool = typer.Option(False, "--json"),
     ) -> None:
         """Span survival per stratum and format (exact / fuzzy / lost) and parse-quality proxies per parser."""
@@ -67,6 +71,8 @@ def register_parse(app: typer.Typer) -> None:
         from ragassay.corpus.survival import distribution, parse_proxies, proxy_flags, span_survival
         from ragassay.errors import InputError
 
+        checks.refuse(checks.number("--threshold", threshold, 0, 1, low_open=True,
+                                    why="a token-alignment similarity, e.g. 0.9"))
         src = source or bundled_corpus_dir()
         _, gs = load_inputs(corpus or (None if parsed else src), golden)
         bad = [p for p in parser if p not in PARSERS]
@@ -189,22 +195,24 @@ def register_sweep(app: typer.Typer) -> None:
         corpus: Path = typer.Option(None, "--corpus"),
         store: Path = STORE_OPT,
         workdir: Path = typer.Option(Path("ragassay-sweep"), "--workdir", help="Folder for the generated "
-                                                                              "configs and traces."),
-        n_resamples: int = typer.Option(2000, "--resamples", min=100),
+                                                                              "configs and traces (new or empty)."),
+        n_resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples (100 to 1,000,000)."),
         json_out: bool = typer.Option(False, "--json"),
     ) -> None:
         """Run a grid of configs, store each run, and print the cost/quality tables at a fixed token budget and
         the paired comparison against the baseline."""
         from ragassay.analysis.runner import load_inputs
         from ragassay.analysis.sweep import bundled_sweep, load_sweep, run_sweep
-        from ragassay.errors import InputError
+        from ragassay.cli.run import kept_only_with_runs
+        from ragassay.fsio import check_output_dir
         from ragassay.store import Store
 
+        # everything is checked before the workdir or the store is created: a refused sweep leaves neither
+        checks.refuse(checks.resamples(n_resamples))
         spec = load_sweep(sweep_file or bundled_sweep())
-        if workdir.exists() and any(workdir.iterdir()):
-            raise InputError(f"{workdir}: not empty; pass a new --workdir for the sweep's configs and traces")
+        check_output_dir(workdir, "sweep")
         corp, gs = load_inputs(corpus, golden)
-        with Store.open(store) as st:
+        with kept_only_with_runs(store), Store.open(store) as st:
             res = run_sweep(st, spec, corp, gs, workdir, n_resamples=n_resamples,
                             progress=None if json_out else
                             lambda i, n, name: console.print(f"  [{i}/{n}] {esc(name)} stored", highlight=False))
