@@ -127,8 +127,8 @@ def main() -> None:
 
 def _overhead(ray, ex, golden) -> float:
     workers = ex.pipeline_workers(_Empty(), golden)
-    args = ([], False, [None, None], [ray.put(_no_score)])
     workers.header(None, "")
+    args = ([], False, workers._shared, [ray.put(_no_score)])
     ray.get(workers.actors[0].run.remote(*args))
     reps = 200
     t0 = time.perf_counter()

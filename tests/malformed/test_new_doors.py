@@ -524,3 +524,12 @@ def test_evaluate_lists_every_wrong_argument_one_per_line(tmp_path):
         "options='doc' (str): give a ragassay.analysis.scoring.ScoringOptions (hit rule, relevance threshold, "
         "gain, ties), or None for the golden set's manifest"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_score_of_several_files_checks_every_file_before_scoring_the_first(tmp_path, cli, monkeypatch):
+    """A missing second file used to leave the first scored into a new store; now nothing is created."""
+    monkeypatch.chdir(tmp_path)
+    write_traces(tmp_path / "a.jsonl", RunHeader(run_name="a"), [Trace(trace_id="t1", query_id="q1")])
+    _refused(cli, tmp_path, ["score", "a.jsonl", "gone.jsonl", "--golden", "g.yaml", "--store", "s.duckdb"],
+             ["gone.jsonl: trace file not found; pass the path of a .jsonl trace file"])
+    assert not (tmp_path / "s.duckdb").exists()

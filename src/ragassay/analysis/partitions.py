@@ -61,7 +61,7 @@ def store_partition(store, part: ScoredPartition) -> str:
     'complete' with missing rows."""
     import dataclasses
 
-    from ragassay.analysis.runner import _update_extra
+    from ragassay.analysis.run_record import _update_extra
 
     rec = dataclasses.replace(part.record, run_id="", status="running", finished_at=None)
     run_id = store.create_run(rec)
@@ -96,9 +96,18 @@ def score_files_into_store(store, paths: list[str | Path], corpus, golden: Golde
             return [stream_score_into_store(store, p, corpus, golden, options=options, name=name,
                                             allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size)
                     for p in paths]
+        from ragassay.errors import InputError
+        from ragassay.executors.shared import absolute
+
+        # the workers run in another folder: each file goes by its absolute path, every one checked first
+        files = [absolute(p) for p in paths]
+        missing = [f"{p}: trace file not found; pass the path of a .jsonl trace file"
+                   for p, f in zip(paths, files, strict=True) if not Path(f).is_file()]
+        if missing:
+            raise InputError("\n".join(missing))
         out = []
-        for part in ex.map_ordered(score_partition, [str(p) for p in paths], corpus, golden, options, name,
-                                   allow_pin_mismatch, batch_size):
+        for part in ex.map_ordered(score_partition, files, corpus, golden, options, name, allow_pin_mismatch,
+                                   batch_size):
             out.append((store_partition(store, part), part.info))
         return out
     finally:
@@ -135,7 +144,7 @@ def score_dataset_file(index: int, path: str, corpus, golden: GoldenSet, options
     row) counted as duplicates. Rows are returned, not stored: the driver is the only writer."""
     import copy
 
-    from ragassay.analysis.runner import done_markers
+    from ragassay.analysis.run_record import done_markers
     from ragassay.analysis.scoring import Labels, _doc_lengths, _final_k
     from ragassay.analysis.stream import MAX_EXAMPLES, KnownBatch, score_known
     from ragassay.trace.parquet import ParquetTraceReader
@@ -248,7 +257,10 @@ def score_dataset_into_store(store, path: str | Path, corpus, golden: GoldenSet,
             return stream_score_into_store(store, path, corpus, golden, options=options, name=name,
                                            allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size,
                                            resume=resume, read_ahead=read_ahead, progress=progress)
-        return _score_dataset(store, str(path), corpus, golden, options or ScoringOptions(), name,
+        from ragassay.executors.shared import absolute
+
+        # the workers run in another folder: the dataset goes by its absolute path
+        return _score_dataset(store, absolute(path), corpus, golden, options or ScoringOptions(), name,
                               allow_pin_mismatch, batch_size, ex, resume, progress)
     finally:
         if owned:
@@ -257,7 +269,7 @@ def score_dataset_into_store(store, path: str | Path, corpus, golden: GoldenSet,
 
 def _score_dataset(store, path: str, corpus, golden, opt, name, allow_pin_mismatch, batch_size, ex, resume,
                    progress) -> tuple[str, dict]:
-    from ragassay.analysis.runner import (
+    from ragassay.analysis.run_record import (
         _context_tokens_mean_of,
         _done_markers,
         _pin_error,

@@ -45,7 +45,8 @@ def judge(
     resume: bool = typer.Option(False, "--resume", help="Continue or re-score a run judged before under the "
                                                         "same judge; stored calls are not paid again."),
     executor: str = typer.Option("local", "--executor", help="Where an LLM judge's calls are made: local "
-                                 "(default), ray (a new local Ray cluster) or ray:ADDRESS; on Ray the config's "
+                                 "(default), ray (RAY_ADDRESS, else this machine's `ray start` cluster, else a new "
+                                 "local one) or ray:ADDRESS; on Ray the config's "
                                  "concurrency and spend_cap hold for the whole cluster, and the stored rows "
                                  "are the local ones."),
     json_out: bool = typer.Option(False, "--json"),

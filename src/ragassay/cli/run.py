@@ -31,9 +31,10 @@ HEADLINE = ("recall@fusion_depth", "ndcg@final_k", "recall@context", "answer_f1"
 STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")
 CORPUS_OPT = typer.Option(None, "--corpus", help="Corpus dir or .jsonl (default: the bundled licenses).")
 GOLDEN_OPT = typer.Option(None, "--golden", help="Built golden set dir or authoring file (default: bundled).")
-EXECUTOR_OPT = typer.Option("local", "--executor", help="Where the work runs: local (default), ray (a new "
-                            "local Ray cluster) or ray:ADDRESS (an existing one, e.g. ray:auto); the driver "
-                            "writes the store and the rows are the local ones.")
+EXECUTOR_OPT = typer.Option("local", "--executor", help="Where the work runs: local (default), ray (the cluster "
+                            "ray.init() would join: RAY_ADDRESS, else this machine's `ray start` cluster, else a "
+                            "new local one) or ray:ADDRESS (e.g. ray:auto); the driver writes the store and the "
+                            "rows are the local ones.")
 PIN_OPT = typer.Option(False, "--allow-pin-mismatch",
                        help="Score traces whose header names another corpus digest or dataset version "
                             "(recorded with the run).")
@@ -315,6 +316,10 @@ def score(
     if len(traces) > 1 and any(is_parquet_source(p) for p in traces):
         raise InputError("a Parquet trace dataset is one run: pass its directory alone (JSONL files may be "
                          "given several at a time, one run each)")
+    missing = [p for p in traces if not p.exists()]
+    if missing:
+        # every file is checked before the first is scored: a missing third file must not leave two runs stored
+        raise InputError("\n".join(f"{p}: trace file not found; pass the path of a .jsonl trace file" for p in missing))
     if one and executor == "local":
         from ragassay.analysis.stream import reading_ahead
 
