@@ -102,7 +102,7 @@ def test_trec_cli_rejects_a_bad_qrels_file(cli, tmp_path, monkeypatch, case, dat
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (("-m", "MRR"), "did you mean rr"),
+        (("-m", "recall"), "is ambiguous"),
         (("--ties", "float"), "unknown tie rule 'float'"),
         (("--gain", "log"), "unknown gain 'log'"),
         (("--relevance-level", "0"), "relevance_level must be > 0"),

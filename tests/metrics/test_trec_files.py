@@ -97,5 +97,5 @@ def test_cli_prints_means_and_json(tmp_path):
     assert nd["mean"] == pytest.approx((ref["q1"]["ndcg_cut_10"] + ref["q2"]["ndcg_cut_10"]) / 2)
     text = runner.invoke(app, ["trec", str(q), str(r), "-m", "rr"])
     assert text.exit_code == 0 and "rr" in text.output and "1 run-only" in text.output
-    bad = runner.invoke(app, ["trec", str(q), str(r), "-m", "MRR"])
-    assert bad.exit_code == 2 and "did you mean rr" in bad.output
+    bad = runner.invoke(app, ["trec", str(q), str(r), "-m", "recall"])
+    assert bad.exit_code == 2 and "ambiguous" in bad.output

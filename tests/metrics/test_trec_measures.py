@@ -1,5 +1,5 @@
 """The count, set, interpolated, inferred and geometric measures against pytrec_eval (trec_eval's C code) on
-random runs; unnormalized DCG against scikit-learn; ERR and RBP reachable through ``evaluate``."""
+random runs; unnormalized DCG against scikit-learn; ERR and RBP reachable through ``measures.evaluate``."""
 
 import math
 
@@ -11,6 +11,8 @@ from test_trec_differential import arrange, columns, random_case
 
 from ragassay.metrics import GradeMatrix, Metric, Qrels, Run, Semantics, build_grade_matrix, evaluate
 from ragassay.metrics.extra import err, rbp
+from ragassay.metrics.measures import evaluate as evaluate_measures
+from ragassay.metrics.names import parse_measure
 
 LEVELS = [f"{x / 10:.2f}" for x in range(11)]
 # pytrec_eval name -> ragassay name, and whether the value is undefined (NaN) in ragassay when R = 0
@@ -106,13 +108,16 @@ def test_unnormalized_dcg_matches_sklearn(gain):
             assert ours.values[0] == pytest.approx(dcg_score([transform(g)], [scores], k=k), abs=1e-12)
 
 
-def test_err_and_rbp_reach_evaluate_with_rbp_residual():
+def test_err_and_rbp_reach_measures_evaluate_with_rbp_residual():
     gm = GradeMatrix.from_lists(["q", "r"], [[2, None, 0, 2], [0, 1]], [[2, 2, 0], [1, 0]])
     sem = Semantics(relevance_level=1)
-    res = evaluate(gm, ["ERR@10", "RBP(p=0.5)"], sem)
+    res = evaluate_measures(gm, ["ERR@10", "RBP(p=0.5,rel=1)", "RBP(p=0.5)"], sem)
     np.testing.assert_array_equal(res[Metric.parse("err@10")].values, err(gm, 10))
     value, residual = rbp(gm, 0.5, relevance_level=1)
-    r = res[Metric.parse("rbp(p=0.5)")]
-    np.testing.assert_array_equal(r.values, value)
-    np.testing.assert_array_equal(r.extra["residual"], residual)
-    assert r.values[0] == pytest.approx(0.5 * (1 + 0.125))
+    binary = res[parse_measure("rbp(p=0.5,rel=1)")]
+    np.testing.assert_array_equal(binary.values, value)
+    np.testing.assert_array_equal(binary.extra["residual"], residual)
+    assert binary.values[0] == pytest.approx(0.5 * (1 + 0.125))
+    graded = res[parse_measure("rbp(p=0.5)")]  # ir_measures' RBP without rel: the grade is the gain
+    assert graded.values[0] == pytest.approx(0.5 * (2 + 2 * 0.125))
+    np.testing.assert_array_equal(graded.extra["residual"], residual)  # the same unjudged weight

@@ -116,7 +116,10 @@ class GatePolicy(BaseModel):
         # any accepted spelling (nDCG@final_k, P@5) names the stored metric (ndcg@final_k, precision@5)
         canonical: dict[str, MetricPolicy] = {}
         for m, p in metrics.items():
-            name = canonical_name(m)
+            try:
+                name = canonical_name(m)
+            except InputError as exc:  # a name ragassay does not compute: reported at its line in the file
+                raise ValueError(f"{m}.min_effect: {exc}") from None
             if name in canonical:
                 raise ValueError(f"{m}.min_effect: names the same metric as another entry ({name}); keep one")
             canonical[name] = p

@@ -31,7 +31,9 @@ def register(app: typer.Typer) -> None:
         qrels: Path = typer.Argument(..., help="TREC qrels file: qid iter docid rel"),
         run: Path = typer.Argument(..., help="TREC run file: qid Q0 docid rank score tag"),
         metric: list[str] = typer.Option(
-            ["ndcg@10", "recall@100", "ap", "rr"], "-m", "--metric", help="metric, e.g. ndcg@10 (repeatable)"
+            ["ndcg@10", "recall@100", "ap", "rr"], "-m", "--metric",
+            help="metric as ragassay, trec_eval, ir_measures or ranx spell it: ndcg@10, ndcg_cut.10, P.5,10, "
+            "nDCG@10, mrr@10 (repeatable)",
         ),
         per_query: bool = typer.Option(False, "-q", "--per-query", help="print per-query values"),
         as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
@@ -41,22 +43,24 @@ def register(app: typer.Typer) -> None:
         undefined_as_zero: bool = typer.Option(
             False,
             "--undefined-as-zero",
-            help="count undefined per-query values (no relevant label) as 0 in the mean, as trec_eval and "
-            "pytrec_eval do; the undefined count is still reported",
+            help="count undefined per-query values (no relevant label) as 0 in the summary, as trec_eval, "
+            "ir_measures and ranx do; the undefined count is still reported",
         ),
     ) -> None:
         """Score a TREC run against qrels; undefined per-query values (no relevant labels) are counted.
 
-        Any ragassay, ir_measures or trec_eval measure name: nDCG@10, ERR@10, "RBP(p=0.8)" (its residual, the
-        most unjudged ranks could add, is printed beside it), num_rel_ret, set_F, iprec_at_recall_0.50,
-        11pt_avg, infAP, gm_map (geometric mean), dcg@10, ... (docs/metrics.md)."""
+        Measure names as ragassay, trec_eval, ir_measures or ranx spell them, each with its tool's meaning:
+        ndcg_cut.10, P.5,10, recip_rank, set_F.0.5, num_rel_ret (summed over queries, as trec_eval's `all`
+        line), nDCG@10, "P(rel=2)@5", "RBP(p=0.8,rel=1)" (binary; "RBP(p=0.8)" is graded; its residual, the
+        most unjudged ranks could add, is printed beside it), ERR@10, mrr@10, hit_rate@10, ndcg_burges@10,
+        f1@10, rbp.8, gm_map (geometric mean), ... (docs/metrics.md, "Spellings")."""
         from ragassay.errors import InputError
-        from ragassay.metrics.names import Metric
+        from ragassay.metrics.names import parse_measures
         from ragassay.metrics.semantics import Semantics
 
         try:
             sem = Semantics.trec_eval(relevance_level=relevance_level, gain=gain, ties=ties)
-            metrics = [Metric.parse(m) for m in metric]
+            metrics = list(dict.fromkeys(m for name in metric for m in parse_measures(name)))
             # a bar only where reading and joining take long enough to wonder (and never in --json or a pipe)
             large = run.is_file() and run.stat().st_size >= PROGRESS_BYTES
             results, coverage = _scored(qrels, run, metrics, sem, bar=large and not as_json and sys.stderr.isatty())
@@ -65,21 +69,23 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"error: {line}", err=True)
             raise typer.Exit(code=2) from None
 
-        def mean(r) -> float:
-            # trec_eval's mean divides by every scored query, an undefined value counting 0 (gm_map: its
-            # 1e-5 floor, since trec_eval scores such a query AP 0)
-            if undefined_as_zero:
-                zero = 0.00001 if r.metric.geometric else 0.0
-                v = [zero if math.isnan(v) else float(v) for v in r.values]
-                return math.exp(sum(map(math.log, v)) / len(v)) if r.metric.geometric else sum(v) / len(v)
-            return r.mean()
+        from ragassay.metrics.measures import summary
+
+        def total(r) -> float:
+            # as trec_eval's `all` line: a sum for num_*, a geometric mean for gm_map, else the mean; with
+            # --undefined-as-zero an undefined value counts 0 (gm_map: its 1e-5 floor, trec_eval's AP 0)
+            return summary(r, undefined_as_zero)
 
         if as_json:
             out = {
                 "semantics": sem.as_dict(),
                 "undefined_as_zero": undefined_as_zero,
                 "coverage": coverage,
-                "metrics": {str(m): {**r.summary(), "mean": _num(mean(r))} for m, r in results.items()},
+                "metrics": {
+                    str(m): {**r.summary(), "mean": _num(summary(r, undefined_as_zero, mean=True)),
+                             "aggregate": m.aggregate, "summary": _num(total(r))}
+                    for m, r in results.items()
+                },
             }
             for m, r in results.items():
                 if "residual" in r.extra:  # RBP: how much unjudged ranks could still add
@@ -92,7 +98,7 @@ def register(app: typer.Typer) -> None:
                             zip(map(str, r.query_ids), map(float, r.extra["residual"]), strict=True))
             typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
             return
-        _print(results, coverage, sem, mean, per_query, undefined_as_zero, run, qrels)
+        _print(results, coverage, sem, total, per_query, undefined_as_zero, run, qrels)
 
 
 def _scored(qrels: Path, run: Path, metrics, sem, bar: bool):
@@ -114,7 +120,7 @@ def _scored(qrels: Path, run: Path, metrics, sem, bar: bool):
     return scored
 
 
-def _print(results, coverage, sem, mean, per_query: bool, undefined_as_zero: bool, run: Path, qrels: Path) -> None:
+def _print(results, coverage, sem, total, per_query: bool, undefined_as_zero: bool, run: Path, qrels: Path) -> None:
     from rich.table import Table
     from rich.text import Text
 
@@ -128,16 +134,18 @@ def _print(results, coverage, sem, mean, per_query: bool, undefined_as_zero: boo
                 console.print(f"{str(m):<14} {q:<16} {value}", markup=False)
     table = Table(title=Text(f"{run.name} vs {qrels.name}  ({sem})"))
     residuals = any("residual" in r.extra for r in results.values())
-    for col in ("metric", "mean", "defined", "undefined") + (("residual",) if residuals else ()):
+    for col in ("metric", "all queries", "defined", "undefined") + (("residual",) if residuals else ()):
         table.add_column(col, justify="left" if col == "metric" else "right")
     for m, r in results.items():
-        value = mean(r)
-        cells = [str(m), "undefined" if math.isnan(value) else f"{value:.4f}", str(r.n_defined), str(r.n_undefined)]
+        value = total(r)
+        shown = "undefined" if math.isnan(value) else f"{value:.0f} (sum)" if m.aggregate == "sum" \
+            else f"{value:.4f}" + (" (geometric)" if m.aggregate == "geometric" else "")
+        cells = [str(m), shown, str(r.n_defined), str(r.n_undefined)]
         if residuals:
             cells.append(f"{r.extra['residual'].mean():.4f}" if "residual" in r.extra else "")
         table.add_row(*cells)
     console.print(table)
-    note = "; undefined values counted as 0 in the means" if undefined_as_zero else ""
+    note = "; undefined values counted as 0" if undefined_as_zero else ""
     console.print(
         f"{coverage['n_queries']} queries scored; {coverage['n_missing']} had no results in the run "
         f"(scored as empty); {coverage['n_run_only']} run-only queries ignored{note}",

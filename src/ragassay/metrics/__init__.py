@@ -13,6 +13,7 @@ _WHERE = {
     "Metric": "names",
     "MetricResult": "retrieval",
     "evaluate": "retrieval",
+    "parse_measure": "names",
     "Semantics": "semantics",
     "Qrels": "trec",
     "Run": "trec",

@@ -19,7 +19,8 @@ iprec(r=x) = max precision at any rank holding floor(x R + 0.9) relevant (trec_e
 ..., 1; dcg(@k) = DCG@k unnormalized; gm_map = AP per query floored at 1e-5, averaged geometrically;
 infap = inferred AP (Yilmaz & Aslam, CIKM 2006) as trec_eval computes it, where a negative qrels grade marks a
 pooled but unjudged document and a document absent from the qrels is outside the pool;
-err(@k) and rbp(p=..)(@k) come from :mod:`ragassay.metrics.extra` (RBP's residual is kept in
+err(@k) comes from :mod:`ragassay.metrics.extra`. RBP and the parameterised tool spellings are computed by
+:mod:`ragassay.metrics.measures` on top of this module (RBP's residual is kept in
 ``MetricResult.extra["residual"]``).
 
 Undefined values are NaN, never 0: recall, success, rr, ap, ndcg, rprec, bpref, set_recall, set_f, iprec,
@@ -253,13 +254,6 @@ class _Run:
         terms = np.where(j == 0, 1.0, later)
         return self.per_rel(self.per_row(self.rel_row, terms))
 
-    def compute(self, m: Metric) -> tuple[np.ndarray, dict]:
-        """Per-query values of ``m`` and the extras it carries (RBP's residual)."""
-        if m.name == "rbp":
-            value, residual = extra.rbp(self.gm, m.p, relevance_level=self.sem.relevance_level, k=m.k)
-            return value, {"residual": residual}
-        return self.values(m), {}
-
     def values(self, m: Metric) -> np.ndarray:
         k = m.k
         name = m.name
@@ -345,6 +339,5 @@ def evaluate(
     n_missing = int(np.count_nonzero(matrix.missing))
     out = {}
     for m in dict.fromkeys(parsed):
-        values, extras = run.compute(m)
-        out[m] = MetricResult(m, sem, matrix.query_ids, values, n_missing=n_missing, extra=extras)
+        out[m] = MetricResult(m, sem, matrix.query_ids, run.values(m), n_missing=n_missing)
     return out

@@ -30,8 +30,9 @@ import pyarrow.csv as pacsv
 from ragassay.errors import InputError, SchemaError
 from ragassay.metrics.arrownp import from_numpy, to_numpy
 from ragassay.metrics.matrix import GradeMatrix, pad_ragged
+from ragassay.metrics.measures import evaluate
 from ragassay.metrics.names import Metric
-from ragassay.metrics.retrieval import MetricResult, evaluate
+from ragassay.metrics.retrieval import MetricResult
 from ragassay.metrics.semantics import Semantics, tie_rule
 from ragassay.metrics.strkeys import StringKeys, equal_pairs, string_keys
 
@@ -905,7 +906,8 @@ def evaluate_trec(
 ) -> tuple[dict[Metric, MetricResult], dict[str, int]]:
     """Score a TREC run against qrels. Returns per-metric results and coverage counts
     (``n_queries`` scored, ``n_missing`` qrels queries absent from the run, ``n_run_only`` dropped run queries).
-    ``jit`` as for :func:`build_grade_matrix`.
+    ``metrics`` may be spelled as ragassay, trec_eval, ir_measures or ranx spell them, each with its tool's
+    meaning (:func:`ragassay.metrics.measures.evaluate`). ``jit`` as for :func:`build_grade_matrix`.
     """
     sem = semantics or Semantics.trec_eval()
     q = qrels if isinstance(qrels, Qrels) else read_qrels(qrels)
