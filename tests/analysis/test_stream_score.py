@@ -18,15 +18,8 @@ import numpy as np
 import pytest
 
 from ragassay.analysis.demo import demo_config_dir
-from ragassay.analysis.runner import (
-    MAX_EXAMPLES,
-    _done_markers,
-    _pin_mismatch,
-    _record,
-    config_warnings,
-    load_inputs,
-    score_traces_into_store,
-)
+from ragassay.analysis.run_record import _done_markers, _pin_mismatch, _record, config_warnings
+from ragassay.analysis.runner import MAX_EXAMPLES, load_inputs, score_traces_into_store
 from ragassay.analysis.scoring import ScoringOptions, score_traces
 from ragassay.errors import InputError
 from ragassay.golden import bundled_golden_source

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ragassay.errors import InputError
+from ragassay.golden.labels import span_recall_at_k
 from ragassay.metrics import ann
 
 
@@ -184,8 +185,8 @@ def test_span_recall_matches_a_per_query_loop_on_the_bundled_golden_set():
             hit = [i for i, c in enumerate(chunks) if c.doc_id == e.doc_id and c.start < e.end and e.start < c.end]
             ids[3 * r, 2] = hit[0]
     ids[1, 5:] = -1
-    got = ann.span_recall_at_k(ids, qids, [c.doc_id for c in chunks], [c.start for c in chunks],
-                               [c.end for c in chunks], golden, k=10)
+    got = span_recall_at_k(ids, qids, [c.doc_id for c in chunks], [c.start for c in chunks],
+                           [c.end for c in chunks], golden, k=10)
     ref = []
     for r, qid in enumerate(qids):
         rel = [e for e in golden[qid].evidence if e.grade >= 2]

@@ -432,14 +432,6 @@ def test_a_case_export_escapes_hostile_text_as_compare_markdown_does(cli, tmp_pa
                                                                                       "severe")
 
 
-@pytest.mark.parametrize("text", [HOSTILE, "a|b", "q_001", "\\", "<b>x</b>", "line\nbreak\ttab", "*[#]*", ""])
-def test_the_case_export_escape_is_the_compare_markdown_escape(text):
-    from ragassay.analysis.slicing import _md_escape
-    from ragassay.report.markdown import md_escape
-
-    assert _md_escape(text) == md_escape(text)
-
-
 def test_an_empty_file_may_take_a_case_export(cli, at, tmp_path):
     (tmp_path / "c.md").write_text("")
     res = cli("analyze", "slices", "a", "b", "--store", "r.duckdb", "--resamples", "100", "--cases", tmp_path / "c.md")

@@ -19,6 +19,7 @@ from test_browser import ARTIFACTS, _head_title, _run
 from ragassay.analysis.demo import DEMO_CONFIGS, run_demo
 from ragassay.corpus import bundled_corpus_dir
 from ragassay.golden import bundled_golden_source
+from ragassay.report import render_report
 from ragassay.store import Store
 
 PAYLOAD_SCRIPT = "<script>document.title='PWNED'</script>"
@@ -54,7 +55,7 @@ def demo(tmp_path_factory):
         "reference_answer": "Markup quoted in the notice.", "source": "human", "created": "2026-11-29"})
     src = root / "golden.yaml"
     src.write_text(yaml.safe_dump(golden, sort_keys=False, allow_unicode=True))
-    return run_demo(root / "out", n_resamples=1000, corpus_path=corpus, golden_path=src)
+    return run_demo(root / "out", n_resamples=1000, corpus_path=corpus, golden_path=src, report=render_report)
 
 
 def test_demo_writes_store_traces_report_and_gates(demo):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -229,7 +230,10 @@ def claim_demo_dir(out: Path) -> None:
 
 def run_demo(out: str | Path = "ragassay-demo", *, n_resamples: int = 10_000, configs=DEMO_CONFIGS,
              corpus_path: str | Path | None = None, golden_path: str | Path | None = None,
-             report: bool = True, progress=None) -> DemoResult:
+             report: Callable[[dict, Path], Path] | None = None, progress=None) -> DemoResult:
+    """Run, judge, compare, gate and analyse the demo into ``out``. ``report(data, folder) -> page`` renders
+    the demo's report data into ``out/report`` (``ragassay.report.render_report``: the report layer sits above
+    analysis, so the caller hands it in); None or False renders no report."""
     out = Path(out)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -296,8 +300,6 @@ def run_demo(out: str | Path = "ragassay-demo", *, n_resamples: int = 10_000, co
             timings["attribution"] = time.perf_counter() - t
         report_path = None
         if report:
-            from ragassay.report import render_report
-
             t = time.perf_counter()
             sections = {"decomposition": decomposition, "oracle_ladder": ladder,
                         "judge_validation": judge_info["section"]}
@@ -306,7 +308,7 @@ def run_demo(out: str | Path = "ragassay-demo", *, n_resamples: int = 10_000, co
             data = build_report_data(st, ids, golden, corpus, comparisons=comparisons, gate=gate,
                                      sections=sections, analysis_resamples=ANALYSIS_RESAMPLES,
                                      title="ragassay demo: four configurations on the license corpus")
-            report_path = render_report(data, out / "report")
+            report_path = report(data, out / "report")
             timings["report"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
     return DemoResult(out, golden, corpus, run_ids, summaries, comparisons, gate, ladder, decomposition,

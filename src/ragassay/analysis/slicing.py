@@ -29,11 +29,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import re
 from pathlib import Path
 
 import numpy as np
 
+from ragassay._markdown import md_escape
 from ragassay.analysis.compare import comparable_runs
 from ragassay.errors import InputError
 from ragassay.golden import GOLDEN_FILE, GoldenSet, load_golden
@@ -279,15 +279,6 @@ def export_cases(store: Store, run_a: str, run_b: str, *, metric: str = "answer_
             "cases": cases}
 
 
-# Markdown and HTML punctuation, backslash-escaped exactly as `compare --format markdown` escapes it
-# (report/markdown.py md_escape; the report layer sits above this one, so the two must stay equal: tested).
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
-
-
-def _md_escape(text: object) -> str:
-    """``text`` with Markdown and HTML punctuation backslash-escaped and newlines folded to spaces, so user
-    text (run names, questions, answers, doc ids) cannot open a link, a tag, a heading or a table cell."""
-    return _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
 
 
 CASES_KIND = "slices --cases"
@@ -336,7 +327,7 @@ def write_cases(export: dict, out: str | Path) -> Path:
     out = check_cases_path(out)
 
     def cell(text) -> str:
-        return "" if text is None else _md_escape(text)
+        return "" if text is None else md_escape(text)
 
     if out.suffix == ".jsonl":
         text = "".join(json.dumps(c, ensure_ascii=False, sort_keys=True) + "\n" for c in export["cases"])

@@ -313,7 +313,7 @@ def stream_score_into_store(store, traces_path: str | Path, corpus, golden: Gold
 
 def _stream_score(store, traces_path, corpus, golden, opt, labels, name, allow_pin_mismatch, batch_size, resume,
                   read_ahead: TraceReadAhead, progress) -> tuple[str, dict]:
-    from ragassay.analysis.runner import (
+    from ragassay.analysis.run_record import (
         _context_tokens_mean_of,
         _done_markers,
         _pin_error,

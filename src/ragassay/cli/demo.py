@@ -211,6 +211,7 @@ def demo(
     with it (faithfulness shown with its validation status), compare with the baseline, gate, and write the
     store, the traces and an HTML report."""
     from ragassay.analysis.demo import DEMO_CONFIGS, claim_demo_dir, run_demo
+    from ragassay.report import render_report
 
     claim_demo_dir(out)  # before any work: a refused -o costs nothing
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), transient=True,
@@ -220,7 +221,7 @@ def demo(
         def tick(name: str, done: int, total: int) -> None:
             bar.update(tasks[name], completed=done, total=total)
 
-        res = run_demo(out, n_resamples=resamples, progress=tick)
+        res = run_demo(out, n_resamples=resamples, report=render_report, progress=tick)
     if json_out:
         print_json(demo_json(res))
         return

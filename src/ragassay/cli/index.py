@@ -63,7 +63,7 @@ def dense_branch(corpus_path: Path | None = None, golden_path: Path | None = Non
 def golden_recall_fn(branch: DenseBranch, k: int = 10):
     """``f(index, config) -> mean retrieval recall@k`` of the golden set when the dense branch searches
     through ``index`` (the mean over queries with relevant evidence)."""
-    from ragassay.metrics.ann import span_recall_at_k
+    from ragassay.golden.labels import span_recall_at_k
 
     chunks = branch.chunks
     docs, starts, ends = [c.doc_id for c in chunks], [c.start for c in chunks], [c.end for c in chunks]

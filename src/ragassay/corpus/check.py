@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ragassay.corpus.canonical import canonicalize, canonicalize_fragment
-from ragassay.pipeline.tokens import count_tokens, token_spans
+from ragassay.metrics.tokens import count_tokens, token_spans
 
 DEFAULT_SPANS = 50
 DEFAULT_DRIFT_TOLERANCE = 0.05

@@ -9,6 +9,7 @@ evidence spans of its query that it hits under a named hit rule:
 
 A unit that hits no evidence has grade 0 and ``judged = False``; one that hits only grade-0 evidence
 has grade 0 and ``judged = True``. Span-labelled golden sets treat unjudged units as non-relevant.
+:func:`span_recall_at_k` counts the relevant spans a ranking of units hits, straight from unit ids.
 """
 
 from __future__ import annotations
@@ -180,3 +181,36 @@ def derive_grades(golden: GoldenSet, query_ids: Sequence[str], doc_ids: Sequence
                   rule: str | HitRule = "any_overlap") -> tuple[np.ndarray, np.ndarray]:
     """One-shot convenience: build an :class:`EvidenceIndex` and grade the units."""
     return EvidenceIndex(golden).grades(query_ids, doc_ids, starts, ends, rule)
+
+
+def span_recall_at_k(ids: np.ndarray, query_ids: Sequence[str], unit_doc: Sequence[str], unit_start, unit_end,
+                     golden, k: int = 10, *, relevance_threshold: int = 2, hit_rule: str = "any_overlap"
+                     ) -> np.ndarray:
+    """Per-query retrieval recall@k on span labels: relevant evidence spans (grade >= threshold) hit by any
+    of the top-k units / relevant spans of the query; NaN for a query with no relevant evidence.
+
+    ``ids`` (q, >=k) index the units ``(unit_doc, unit_start, unit_end)``; -1 is no unit. This is the
+    recall@k that scoring a run stores (:mod:`ragassay.analysis.scoring`), computed straight from ids (the
+    ANN evaluation's retrieval recall, :mod:`ragassay.metrics.ann`).
+    """
+    ids = np.asarray(ids, dtype=np.int64)[:, :k]
+    nq = ids.shape[0]
+    if len(query_ids) != nq:
+        raise InputError(f"query_ids: need one id per row of ids ({nq}), got {len(query_ids)}")
+    ev = EvidenceIndex(golden)
+    unit_doc = np.asarray(unit_doc, dtype=object)
+    us, ue = np.asarray(unit_start, dtype=np.int64), np.asarray(unit_end, dtype=np.int64)
+    row, col = np.nonzero(ids >= 0)
+    u = ids[row, col]
+    qids = np.asarray(query_ids, dtype=object)
+    keys = ev.encode(qids[row].tolist(), unit_doc[u].tolist())
+    hit_unit, hit_ev = ev.hit_pairs(keys, us[u], ue[u], hit_rule)
+    rel = ev.grade[hit_ev] >= relevance_threshold
+    pairs = np.unique(np.stack([row[hit_unit[rel]], hit_ev[rel]]), axis=1)
+    hits = np.bincount(pairs[0], minlength=nq)
+    ev_query = ev.key // ev.n_docs
+    n_rel_code = np.bincount(ev_query[ev.grade >= relevance_threshold], minlength=len(ev.query_codes))
+    codes = np.fromiter((ev.query_codes.get(q, -1) for q in qids), dtype=np.int64, count=nq)
+    n_rel = np.where(codes >= 0, n_rel_code[np.maximum(codes, 0)], 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n_rel > 0, hits / np.maximum(n_rel, 1), np.nan)

@@ -13,7 +13,8 @@ judge summary (``cascade``) and the cost line.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,9 @@ from ragassay.judges.config import JudgeConfig, build_judge, build_tier1, judge_
 from ragassay.judges.cost import CostLine, cost_line
 from ragassay.judges.metrics import JudgedMetrics, items_from, judge_items
 from ragassay.judges.providers import JudgeStopped
+
+# (judge, config) -> a context manager giving the client an LLM judge's calls go through
+OpenClient = Callable[[Any, JudgeConfig], AbstractContextManager[Any]]
 
 PIN_KEYS = ("judge_model", "rubric_sha", "prompt_sha", "settings")
 
@@ -127,12 +131,14 @@ def _answers_disagree(store, rec, traces: Sequence, golden) -> list[str]:
 
 
 def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg: JudgeConfig, *,
-                     resume: bool = False, executor: Any = None, header=None,
+                     resume: bool = False, open_client: OpenClient | None = None, header=None,
                      traces_label: str = "the traces") -> JudgeSummary:
     """Judge the answers of stored run ``run_ref`` from its ``traces`` and store the judge metrics.
 
-    ``executor`` (``"local"`` by default, ``"ray[:ADDRESS]"`` or an executor object) says where an LLM
-    judge's calls are made: on Ray they are spread over the workers behind one shared
+    ``open_client(judge, cfg)`` says where an LLM judge's calls are made: a context manager giving the
+    client they go through (by default the judge itself, here). Executors sit above judges, so the caller
+    hands theirs in: :func:`ragassay.analysis.judging.executor_client` (``"ray[:ADDRESS]"``) spreads the
+    calls over a Ray cluster's workers behind one shared
     :class:`~ragassay.judges.providers.ray_limiter.RayLimiter` (the config's ``concurrency`` and
     ``spend_cap`` hold for the whole cluster), while this process keeps the cache lookups and writes every
     call record, so the stored rows are the local ones. A local judge (lexical, embedding) always runs here.
@@ -190,7 +196,7 @@ def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg:
         judged = local_judge_items(items, judge, numeric=cfg.numeric)
         cost = None
     else:
-        judged, routing = _judge_on(executor, judge, cfg, rec.run_id, items, tier1, pins["judge_model"])
+        judged, routing = _judge_on(open_client, judge, cfg, rec.run_id, items, tier1, pins["judge_model"])
         cost = cost_line([j.record for j in judged.judgements], len(items), store,
                          cascade=None if routing is None else routing.cost(store))
         if judged.stopped is not None:
@@ -219,9 +225,10 @@ def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg:
     return summary
 
 
-def _judge_on(executor: Any, judge, cfg: JudgeConfig, run_id: str, items: list, tier1, tier2: str):
-    """(judged metrics, cascade routing or None) of an LLM judge on the executor (a cascade's tier 1 runs here)."""
-    from ragassay.executors import LocalExecutor, get_executor
+def _judge_on(open_client: OpenClient | None, judge, cfg: JudgeConfig, run_id: str, items: list, tier1,
+              tier2: str):
+    """(judged metrics, cascade routing or None) of an LLM judge through the client ``open_client`` gives, or
+    the judge itself without one (a cascade's tier 1 runs here)."""
 
     def judge_with(client):
         if tier1 is None:
@@ -231,18 +238,10 @@ def _judge_on(executor: Any, judge, cfg: JudgeConfig, run_id: str, items: list, 
         return route_llm(client, run_id, items, tier1, tier2=tier2, lo=cfg.cascade.band.lo, hi=cfg.cascade.band.hi,
                          metrics=cfg.metrics, criteria=cfg.rubric_criteria())
 
-    owned = not isinstance(executor, LocalExecutor)
-    ex = get_executor(executor)
-    try:
-        if ex.name == "local":
-            return judge_with(judge)
-        from ragassay.executors.judging import ClusterJudge
-
-        with ClusterJudge(judge, cfg, ex) as client:
-            return judge_with(client)
-    finally:
-        if owned:
-            ex.close()
+    if open_client is None:
+        return judge_with(judge)
+    with open_client(judge, cfg) as client:
+        return judge_with(client)
 
 
 __all__ = ["PIN_KEYS", "JudgeSummary", "check_traces_of", "judge_stored_run"]

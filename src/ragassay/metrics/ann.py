@@ -5,7 +5,8 @@ Two different "recalls" live here and are never mixed up:
 * **ANN recall@k** (a property of the index): the share of the exact top-k of the *same* vectors that the
   approximate index returned, ``|returned ∩ exact_k| / k``. No labels are needed.
 * **retrieval recall@k** (a property of the whole pipeline): the share of a query's relevant golden
-  evidence spans hit by the top-k units (:func:`span_recall_at_k`, the definition used when scoring runs).
+  evidence spans hit by the top-k units (:func:`ragassay.golden.labels.span_recall_at_k`, the definition
+  used when scoring runs; it reads golden labels, so it lives with them, a layer above this module).
 
 Ground truth is exact inner-product search in float64. So that BLAS summation order (thread count, SIMD
 width) cannot move a result, a returned id counts as a true neighbour when its float64 score is at least
@@ -545,42 +546,6 @@ def churn_recall(kind: str, base, queries, k: int, *, delete_frac: float = 0.1, 
             "delete_mode": "tombstone" if tombstones else "remove",
             "recall_before": float(np.nanmean(before)), "recall_after_churn": ra, "recall_fresh_build": rb,
             "recall_delta": ra - rb}
-
-
-# ---- retrieval recall on golden labels -----------------------------------------------------------------
-
-def span_recall_at_k(ids: np.ndarray, query_ids: Sequence[str], unit_doc: Sequence[str], unit_start, unit_end,
-                     golden, k: int = 10, *, relevance_threshold: int = 2, hit_rule: str = "any_overlap"
-                     ) -> np.ndarray:
-    """Per-query retrieval recall@k on span labels: relevant evidence spans (grade >= threshold) hit by any
-    of the top-k units / relevant spans of the query; NaN for a query with no relevant evidence.
-
-    ``ids`` (q, >=k) index the units ``(unit_doc, unit_start, unit_end)``; -1 is no unit. This is the
-    recall@k that scoring a run stores (:mod:`ragassay.analysis.scoring`), computed straight from ids.
-    """
-    from ragassay.golden import EvidenceIndex
-
-    ids = np.asarray(ids, dtype=np.int64)[:, :k]
-    nq = ids.shape[0]
-    if len(query_ids) != nq:
-        raise InputError(f"query_ids: need one id per row of ids ({nq}), got {len(query_ids)}")
-    ev = EvidenceIndex(golden)
-    unit_doc = np.asarray(unit_doc, dtype=object)
-    us, ue = np.asarray(unit_start, dtype=np.int64), np.asarray(unit_end, dtype=np.int64)
-    row, col = np.nonzero(ids >= 0)
-    u = ids[row, col]
-    qids = np.asarray(query_ids, dtype=object)
-    keys = ev.encode(qids[row].tolist(), unit_doc[u].tolist())
-    hit_unit, hit_ev = ev.hit_pairs(keys, us[u], ue[u], hit_rule)
-    rel = ev.grade[hit_ev] >= relevance_threshold
-    pairs = np.unique(np.stack([row[hit_unit[rel]], hit_ev[rel]]), axis=1)
-    hits = np.bincount(pairs[0], minlength=nq)
-    ev_query = ev.key // ev.n_docs
-    n_rel_code = np.bincount(ev_query[ev.grade >= relevance_threshold], minlength=len(ev.query_codes))
-    codes = np.fromiter((ev.query_codes.get(q, -1) for q in qids), dtype=np.int64, count=nq)
-    n_rel = np.where(codes >= 0, n_rel_code[np.maximum(codes, 0)], 0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n_rel > 0, hits / np.maximum(n_rel, 1), np.nan)
 
 
 # ---- the quantization Pareto table ---------------------------------------------------------------------

@@ -1,9 +1,16 @@
-"""Token-level chunk metrics (spec §5.2) as interval arithmetic over a whole run, and the chunking report card.
+"""The offline token counter, token-level chunk metrics (spec §5.2) as interval arithmetic over a whole run,
+and the chunking report card.
 
-Tokens are *positional* identities: token ``i`` of document ``d`` (regex-wordpunct-v1, the pipeline's
-counter), never vocabulary ids, so "the" in an irrelevant chunk is not a hit. A :class:`TokenSpace` lays every
-document's tokens end to end on one integer line, so a span of canonical characters becomes a half-open
-token interval ``[lo, hi)`` and a whole run becomes a few flat arrays.
+The counter, ``regex-wordpunct-v1``: a token is a maximal run of word characters or one non-space, non-word
+character (regex ``\\w+|[^\\w\\s]``, Unicode-aware). It is not any model's tokenizer; it is stable across
+machines and versions so budgets are comparable between runs. The pipeline sizes chunks and packs its budget
+with it (``ragassay.pipeline.tokens`` names it there), the corpus check counts drift with it, and its name is
+recorded in every run header. It lives here, the lowest layer that uses it.
+
+Tokens are *positional* identities: token ``i`` of document ``d`` (that counter), never vocabulary ids, so
+"the" in an irrelevant chunk is not a hit. A :class:`TokenSpace` lays every document's tokens end to end on
+one integer line, so a span of canonical characters becomes a half-open token interval ``[lo, hi)`` and a
+whole run becomes a few flat arrays.
 
 For query q with evidence tokens ``t_e`` (the union of its evidence spans) and retrieved units ``R``:
 
@@ -24,12 +31,25 @@ sums of lengths and the intersection is the summed pairwise overlap of two disjo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from ragassay.pipeline.tokens import TOKEN_COUNTER_NAME, token_spans
+TOKEN_COUNTER_NAME = "regex-wordpunct-v1"
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def count_tokens(text: str) -> int:
+    """Number of regex-wordpunct-v1 tokens in ``text`` (0 for empty or whitespace-only text)."""
+    return len(_TOKEN.findall(text))
+
+
+def token_spans(text: str) -> np.ndarray:
+    """(n, 2) int64 array of [start, end) character offsets of the tokens of ``text``."""
+    spans = [m.span() for m in _TOKEN.finditer(text)]
+    return np.array(spans, dtype=np.int64).reshape(-1, 2)
 
 
 class TokenSpace:

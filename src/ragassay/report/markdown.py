@@ -8,14 +8,8 @@ tag or a table cell.
 from __future__ import annotations
 
 import math
-import re
 
-_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
-
-
-def md_escape(text: object) -> str:
-    """``text`` with Markdown and HTML punctuation backslash-escaped and newlines folded to spaces."""
-    return _SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+from ragassay._markdown import md_escape
 
 
 def _num(x: object, signed: bool = False) -> str:

@@ -1,5 +1,5 @@
 """LLM judge clients: one module per provider SDK, sharing ``base.JudgeClient`` (retries, concurrency,
-spend cap, the store as the cache) and ``batch`` (the providers' batch APIs, ``mode="batch"``). The SDKs are
+spend cap, the store as the cache, and the providers' batch APIs for ``mode="batch"``). The SDKs are
 imported only when a client opens."""
 
 from ragassay.judges.providers.anthropic import AnthropicJudge

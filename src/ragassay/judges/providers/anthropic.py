@@ -9,7 +9,7 @@ in one place.
 
 With ``mode="batch"`` the same request bodies go through the Message Batches API
 (``messages.batches.create`` / ``retrieve`` / ``results``), one request per distinct request sha with the
-sha as its ``custom_id``; ``providers.batch`` drives create, poll and merge.
+sha as its ``custom_id``; ``providers.base`` (``judge_batched``) drives create, poll and merge.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from typing import Any
 from ragassay.errors import InputError
 from ragassay.judges.protocol import JudgeRequest
 from ragassay.judges.providers.base import (
+    BatchState,
     JudgeClient,
     Response,
     sdk_errors,
 )
-from ragassay.judges.providers.batch import BatchState
 
 
 class AnthropicJudge(JudgeClient):

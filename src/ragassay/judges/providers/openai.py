@@ -10,7 +10,7 @@ local servers read). The SDK's own retries are off: ``JudgeClient`` retries.
 With ``mode="batch"`` the same bodies go through the Batch API: a JSONL file of ``/v1/chat/completions``
 requests (``custom_id`` = request sha) uploaded with ``files.create(purpose="batch")``, ``batches.create``
 with the 24 h window, ``batches.retrieve`` until it ends, then the output and error files from
-``files.content``; ``providers.batch`` drives create, poll and merge.
+``files.content``; ``providers.base`` (``judge_batched``) drives create, poll and merge.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from typing import Any, Literal
 from ragassay.errors import InputError
 from ragassay.judges.protocol import JudgeRequest
 from ragassay.judges.providers.base import (
+    BatchState,
     JudgeClient,
     Response,
     sdk_errors,
 )
-from ragassay.judges.providers.batch import BatchState
 
 _ENDED = ("completed", "failed", "expired", "cancelled")
 
