@@ -2,6 +2,8 @@
 down after the last Ray test of the package."""
 
 import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -25,3 +27,22 @@ def rows(store, run_id):
     """A run's stored rows in a canonical order, without the run id and the wall-clock latency (never equal twice)."""
     t = store.results(run_id).drop_columns(["run_id", "latency_ms"])
     return t.sort_by([("query_id", "ascending"), ("trial", "ascending"), ("metric", "ascending")]).to_pylist()
+
+
+class _Hello(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def http_port():
+    """A plain HTTP server on every interface, not a Ray cluster (Ray dials 127.0.0.1 as this node's address)."""
+    server = ThreadingHTTPServer(("", 0), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()

@@ -19,9 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -287,25 +285,6 @@ def test_what_ray_relays_from_the_cluster_is_printed_on_stderr(ray_ex, capsys):
 
 
 # ---- addresses that are not a Ray cluster: refused at once, before anything is created -----------------
-
-
-class _Hello(BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def http_port():
-    """A plain HTTP server on 127.0.0.1 (and every other interface: Ray dials 127.0.0.1 as this node's IP)."""
-    server = ThreadingHTTPServer(("", 0), _Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
 
 
 def test_a_server_that_is_not_ray_is_one_error_line_in_seconds_and_leaves_no_store(tmp_path, http_port):
