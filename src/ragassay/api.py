@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -230,10 +229,6 @@ def load_run(ref: str, store: Any = DEFAULT_STORE) -> Run:
 # ---------------------------------------------------------------------------------------------- results
 
 
-def _num(x: Any, signed: bool = False) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "undefined"
-    return f"{x:+.3f}" if signed else f"{x:.3f}"
 
 
 def _table_html(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -363,6 +358,8 @@ class Run:
             return render_report(data, Path(path))
 
     def _repr_html_(self) -> str:
+        from ragassay.analysis.compare import number_text as _num
+
         s = self.summary()
         rows = [(m["stage"], m["metric"], _num(m["mean"]), m["n_defined"], m["n_undefined"]) for m in s["metrics"]]
         head = (f"<p><b>{html.escape(self.name)}</b> <code>{html.escape(self.run_id)}</code> · "
@@ -416,16 +413,20 @@ class Comparison:
         return comparison_markdown(self.result, **kw)
 
     def _repr_html_(self) -> str:
+        from ragassay.analysis.compare import lost_text
+        from ragassay.analysis.compare import number_text as _num
+
         r = self.result
-        rows = [(x.metric, x.stratum, x.n, _num(x.mean_a), _num(x.mean_b), _num(x.delta, True),
-                 f"[{_num(x.ci_low, True)}, {_num(x.ci_high, True)}]", f"{x.wins}/{x.losses}/{x.ties}", x.verdict)
+        rows = [(x.metric, x.stratum, x.n, lost_text(x.missing, x.lost, x.gained, x.filled), _num(x.mean_a),
+                 _num(x.mean_b), _num(x.delta, True), f"[{_num(x.ci_low, True)}, {_num(x.ci_high, True)}]",
+                 f"{x.wins}/{x.losses}/{x.ties}", x.verdict)
                 for x in r.rows]
         head = (f"<p><b>{html.escape(r.run_a.name)}</b> → <b>{html.escape(r.run_b.name)}</b>, "
                 f"{r.settings.get('n_resamples', 0):,} paired-bootstrap resamples</p>")
         claims = "".join(f"<li>{html.escape(c)}</li>" for c in r.claims)
         cover = "".join(f"<li>{html.escape(c.strip())}</li>" for c in self.coverage_lines())
         return (head + (f"<ul>{cover}</ul>" if cover else "")
-                + _table_html(("metric", "stratum", "n", "A", "B", "Δ", "CI", "W/L/T", "verdict"), rows)
+                + _table_html(("metric", "stratum", "n", "lost", "A", "B", "Δ", "CI", "W/L/T", "verdict"), rows)
                 + (f"<ul>{claims}</ul>" if claims else ""))
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -39,7 +39,8 @@ OPTIONAL_PINS = ("cutoffs", *JUDGE_PINS)
 # scoring's fallback when a run's config names no reranker.final_k (analysis/scoring.py `_final_k`)
 SCORING_DEFAULT_FINAL_K = 10
 DEFAULT_MIN_EFFECT = 0.02
-# metrics whose values are not confined to [0, 1]
+# metrics whose values are not confined to [0, 1]: a minimum effect above 1 can make sense, and they have no
+# worst value (so no missing-as-worst); the gate's policy reads this set too
 UNBOUNDED = frozenset({"context_tokens"})
 # the per-(query, trial) outcome indicators scoring stores (analysis/scoring.py): their paired change is part
 # of every comparison's coverage, and the gate's hard checks rest on it
@@ -82,13 +83,21 @@ class CompareRow:
     filled: int = 0        # one-sided undefined values scored as the worst value ("worst" only)
 
     @property
+    def n_a_compared(self) -> int:
+        """Of the pairs the baseline defines, how many are compared: every one under missing-as-worst, else
+        those the candidate defines too (n_a_defined − lost)."""
+        return self.n_a_defined - (0 if self.missing == "worst" else self.lost)
+
+    @property
     def compared_share(self) -> float:
-        """Of the pairs the baseline defines, the share still compared (NaN when the baseline defines none)."""
-        return self.n / self.n_a_defined if self.n_a_defined else math.nan
+        """n_a_compared / n_a_defined: of the pairs the baseline defines, the share still compared (NaN when
+        the baseline defines none). Pairs only the candidate defines do not raise it above 1."""
+        return self.n_a_compared / self.n_a_defined if self.n_a_defined else math.nan
 
     def to_dict(self) -> dict:
         out = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
         share = self.compared_share
+        out["n_a_compared"] = self.n_a_compared
         out["compared_share"] = None if math.isnan(share) else share
         return out
 
@@ -358,12 +367,17 @@ def compare_wide(a_ids, a_strata, a_values, b_ids, b_values, metrics, *, min_eff
                 n_b_defined=int(gb.sum()), lost=int((ga & ~gb).sum()), gained=int((gb & ~ga).sum()),
                 missing="worst" if m in worst else "excluded", filled=int(filled[mask, j].sum()),
             ))
-    # one BH family: the whole table; the verdict is decided only once the adjusted p is known
+    # one BH family: the whole table
+    return _adjusted(rows, confidence)
+
+
+def _adjusted(rows: list[CompareRow], confidence: float) -> list[CompareRow]:
+    """``rows`` as one Benjamini-Hochberg family: each row's adjusted p from the raw ones, and its verdict,
+    which is decided only once the adjusted p is known."""
     adj = adjust_pvalues(np.asarray([r.p for r in rows], dtype=float), "bh")
     alpha = 1 - confidence
-    return [CompareRow(**{**asdict(r), "p_adj": float(p),
-                          "verdict": _verdict(r.delta, r.ci_low, r.ci_high, r.min_effect, r.higher_is_better,
-                                              r.defined, float(p), alpha)})
+    return [replace(r, p_adj=float(p), verdict=_verdict(r.delta, r.ci_low, r.ci_high, r.min_effect,
+                                                          r.higher_is_better, r.defined, float(p), alpha))
             for r, p in zip(rows, adj, strict=True)]
 
 
@@ -507,39 +521,43 @@ def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFA
     worst = list(dict.fromkeys(missing_worst))
     stray = [m for m in worst if m not in wanted]
     if stray:
-        raise InputError(f"missing-as-worst names {', '.join(stray)}, which is not among the compared metrics")
+        raise InputError(f"missing-as-worst names {', '.join(stray)}, which is not among the compared metrics "
+                         f"({', '.join(wanted[:8])}{'…' if len(wanted) > 8 else ''}); name a compared metric")
     for m in worst:
         worst_value(m)
-    rates = [m for m in RATE_METRICS if m in set(ma) and m in set(mb)]
     # the outcome columns each run has (a run without a generation stage has none: its mix is None)
-    extra_a = [m for m in (*RATE_METRICS, *ABSTAIN_METRICS) if m not in wanted and m in set(ma)]
-    extra_b = [m for m in (*RATE_METRICS, *ABSTAIN_METRICS) if m not in wanted and m in set(mb)]
-    qa, ta, sa, va = store.results_wide(ra.run_id, wanted + extra_a)
-    qb, tb, _, vb = store.results_wide(rb.run_id, wanted + extra_b)
+    outcome_cols = (*RATE_METRICS, *ABSTAIN_METRICS)
+    cols_a = wanted + [m for m in outcome_cols if m not in wanted and m in set(ma)]
+    cols_b = wanted + [m for m in outcome_cols if m not in wanted and m in set(mb)]
+    qa, ta, sa, va = store.results_wide(ra.run_id, cols_a)
+    qb, tb, _, vb = store.results_wide(rb.run_id, cols_b)
     a_ids = list(zip(qa, ta, strict=True))
     b_ids = list(zip(qb, tb, strict=True))
     k = len(wanted)
     rows = compare_wide(a_ids, sa, va[:, :k], b_ids, vb[:, :k], wanted, min_effect=min_effect,
                         n_resamples=n_resamples, seed=seed, confidence=confidence, strata=strata,
                         missing_worst=worst)
+    at_b = {key: i for i, key in enumerate(b_ids)}
+    pa = np.asarray([i for i, key in enumerate(a_ids) if key in at_b], dtype=np.int64)
+    pb = np.asarray([at_b[a_ids[i]] for i in pa], dtype=np.int64)
+    rates = [m for m in RATE_METRICS if m in set(ma) and m in set(mb)]
     coverage = {"golden_items": {"a": ra.n_queries, "b": rb.n_queries},
                 "trials": {"a": ra.trials, "b": rb.trials},
-                "keys": {"a": len(a_ids), "b": len(b_ids), "paired": len(set(a_ids) & set(b_ids))},
-                "outcomes": {"a": outcome_mix(dict(zip(wanted + extra_a, va.T, strict=True))),
-                             "b": outcome_mix(dict(zip(wanted + extra_b, vb.T, strict=True)))},
-                "missing_worst": worst, "rates": []}
-    if rates:
-        ca = [(wanted + extra_a).index(m) for m in rates]
-        cb = [(wanted + extra_b).index(m) for m in rates]
-        coverage["rates"] = compare_wide(a_ids, sa, va[:, ca], b_ids, vb[:, cb], rates, min_effect=0.0,
-                                         n_resamples=n_resamples, seed=seed, confidence=confidence, strata=False)
+                "keys": {"a": len(a_ids), "b": len(b_ids), "paired": len(pa)},
+                # the outcome mix of the paired keys, the ones the rates are computed on
+                "outcomes": {"a": outcome_mix(dict(zip(cols_a, va[pa].T, strict=True))),
+                             "b": outcome_mix(dict(zip(cols_b, vb[pb].T, strict=True)))},
+                "recorded": {"a": [m for m in RATE_METRICS if m in set(ma)],
+                             "b": [m for m in RATE_METRICS if m in set(mb)]},
+                "missing_worst": worst,
+                "rates": _rate_rows(rows, rates, (a_ids, sa, va, cols_a), (b_ids, vb, cols_b),
+                                    n_resamples=n_resamples, seed=seed, confidence=confidence)}
     diff = config_diff(ra.config, rb.config)
     settings = {"n_resamples": n_resamples, "seed": seed, "confidence": confidence, "multiplicity": "bh",
                 "min_effect": min_effect, "pairing": "(query_id, trial)",
                 "credible": "CI excludes 0 and BH-adjusted p < 1 - confidence"}
     comp = Comparison(ra, rb, rows, diff, [], pins, settings, excluded,
-                      (delivered_tokens(store, ra.run_id), delivered_tokens(store, rb.run_id)))
-    comp.coverage = coverage
+                      (delivered_tokens(store, ra.run_id), delivered_tokens(store, rb.run_id)), coverage=coverage)
     comp.judge_validation = judge_validation(store, (ra, rb), wanted, judge_floor, label_set=judge_label_set)
     judged = {s["metric"] for s in comp.judge_validation}
     headline = [r for r in rows if r.stratum == "all" and (r.metric in HEADLINE_METRICS or r.metric in judged)
@@ -548,16 +566,38 @@ def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFA
     return comp
 
 
+def _rate_rows(rows: list[CompareRow], rates: list[str], a, b, *, n_resamples: int, seed: int,
+               confidence: float) -> list[CompareRow]:
+    """The paired error and refusal rate rows: their own Benjamini-Hochberg family, every rise credible at
+    any size (min_effect 0). A rate the table already compares is not resampled again: its row is the same
+    resamples (a metric's depend only on the seed and its valid pairs), adjusted in this family instead."""
+    if not rates:
+        return []
+    got = {r.metric: replace(r, min_effect=0.0) for r in rows if r.stratum == "all" and r.metric in rates}
+    fresh = [m for m in rates if m not in got]
+    if fresh:
+        (a_ids, sa, va, cols_a), (b_ids, vb, cols_b) = a, b
+        got.update((r.metric, r) for r in compare_wide(
+            a_ids, sa, va[:, [cols_a.index(m) for m in fresh]], b_ids, vb[:, [cols_b.index(m) for m in fresh]],
+            fresh, min_effect=0.0, n_resamples=n_resamples, seed=seed, confidence=confidence, strata=False))
+    return _adjusted([got[m] for m in rates], confidence)
+
+
 def coverage_lines(comp) -> list[str]:
-    """The coverage of a comparison in words: golden items, each side's outcome mix, the paired error and
-    refusal rates, and the pairs a side lost (the ``lost`` column: defined for A, undefined for B;
-    ``(+n)``: the reverse)."""
+    """The coverage of a comparison in words: the paired keys (and the unpaired ones left out), each side's
+    outcome mix and the paired error and refusal rates over those keys, and the pairs a side lost (the
+    ``lost`` column, :func:`lost_text`)."""
     cov = comp.coverage
     if not cov:
         return []
-    gold = cov["golden_items"]
-    golden = f"{gold['a']}" if gold["a"] == gold["b"] else f"{gold['a']} (A) / {gold['b']} (B)"
-    lines = [f"coverage: {cov['keys']['paired']} paired (query, trial) of {golden} golden items"]
+    gold, trials, keys = cov["golden_items"], cov["trials"], cov["keys"]
+    head = f"coverage: {keys['paired']} paired (query, trial) of {_both(gold['a'], gold['b'])} golden items"
+    if trials["a"] != 1 or trials["b"] != 1:
+        head += f" × {_both(trials['a'], trials['b'])} trials"
+    if keys["a"] != keys["paired"] or keys["b"] != keys["paired"]:
+        head += (f"; unpaired, so left out of everything below: {keys['a'] - keys['paired']} of A's "
+                 f"{keys['a']}, {keys['b'] - keys['paired']} of B's {keys['b']}")
+    lines = [head]
     mixes = cov["outcomes"]
     if mixes["a"] or mixes["b"]:
         def mix(m):
@@ -581,8 +621,31 @@ def coverage_lines(comp) -> list[str]:
     return lines
 
 
+def lost_text(missing: str | None, lost: int, gained: int = 0, filled: int = 0) -> str:
+    """The ``lost`` cell of a comparison row, in every table that shows one: the pairs the baseline scored
+    and the candidate left undefined (``(+n)``: the reverse, gained), or ``k as worst`` when the metric
+    scores its one-sided undefined pairs as the worst value."""
+    if missing == "worst":
+        return f"{filled} as worst"
+    return f"{lost}" + (f" (+{gained})" if gained else "")
+
+
+def number_text(x, signed: bool = False, undefined: str = "undefined") -> str:
+    """A mean, delta or interval end in a comparison table: three decimals (signed with ``signed``);
+    None or NaN is ``undefined``."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return undefined
+    return f"{x:+.3f}" if signed else f"{x:.3f}"
+
+
 def _pct_text(x) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1%}"
+    return "undefined" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1%}"
+
+
+def outcome_unit(comp: Comparison) -> str:
+    """What the outcome counts count: questions when both runs ran each once, else (query, trial) pairs."""
+    trials = comp.coverage.get("trials") or {}
+    return "questions" if trials.get("a", 1) == 1 and trials.get("b", 1) == 1 else "(query, trial) pairs"
 
 
 def coverage_claims(comp: Comparison) -> list[str]:
@@ -596,7 +659,10 @@ def coverage_claims(comp: Comparison) -> list[str]:
         what = "error" if r.metric == "error" else "refusal"
         key = "error" if r.metric == "error" else "refused"
         a, b = mixes.get("a"), mixes.get("b")
-        counts = f" ({a[key]} → {b[key]} of {b['n']} (query, trial) pairs)" if a and b else ""
+        counts = ""
+        if a and b:
+            counts = (f" ({a[key]} → {b[key]} of {b['n']} (query, trial) pairs)" if a["n"] == b["n"]
+                      else f" ({a[key]} of {a['n']} → {b[key]} of {b['n']} (query, trial) pairs)")
         out.append(f"{what} rate went from {r.mean_a:.1%} to {r.mean_b:.1%}{counts} ({_signed(r.delta)}, "
                    f"{comp.settings.get('confidence', 0.95):.0%} paired-bootstrap CI [{_signed(r.ci_low)}, "
                    f"{_signed(r.ci_high)}], BH-adjusted p {_p_text(r.p_adj)}) — {r.verdict}; metrics a lost "
@@ -605,17 +671,20 @@ def coverage_claims(comp: Comparison) -> list[str]:
 
 
 def outcome_mix(cols: dict[str, np.ndarray]) -> dict | None:
-    """How a run's (query, trial) pairs ended: answered, abstained, refused, error (a missing trace is an
-    error), from the indicators scoring stores (``error``, ``refused``; an abstention is ``over_refusal`` or
-    ``abstention_recall`` = 1). None for a run with no generation stage (no ``error`` rows)."""
+    """How (query, trial) keys ended: answered, abstained, refused, error (a missing trace is an error),
+    from the 0/1 indicators scoring stores (``error``, ``refused``; an abstention is ``over_refusal`` or
+    ``abstention_recall`` = 1), each key in one class, error first. ``n`` counts the keys with an ``error``
+    value, so ``error / n`` is the mean the paired error rate takes over the same keys (and likewise for
+    refused). None for a run with no generation stage (no ``error`` rows)."""
     if "error" not in cols:
         return None
-    error = cols["error"] == 1
-    refused = (cols.get("refused", np.zeros(len(error))) == 1) & ~error
+    recorded = ~np.isnan(cols["error"])
+    error = cols["error"][recorded] == 1
+    refused = (cols["refused"][recorded] == 1) & ~error if "refused" in cols else np.zeros(len(error), bool)
     abst = np.zeros(len(error), dtype=bool)
     for m in ABSTAIN_METRICS:
         if m in cols:
-            abst |= cols[m] == 1
+            abst |= cols[m][recorded] == 1
     abst &= ~error & ~refused
     n = len(error)
     counts = {"answered": int(n - error.sum() - refused.sum() - abst.sum()), "abstained": int(abst.sum()),

@@ -25,7 +25,9 @@ rate or its refusal rate rises credibly (paired interval and BH-adjusted p, as f
 ``max_error_rise`` / ``max_refusal_rise``, default 0), or when a gated metric compares less than
 ``min_compared_share`` (default 90%) of the pairs the baseline scored — a pipeline that errors on half its
 questions is otherwise measured only on the half it answered. ``missing: worst`` on a metric scores a pair
-undefined on one side as that metric's worst value instead.
+undefined on one side as that metric's worst value instead (refused, at its line in the policy, for a metric
+with no worst value). What cannot be measured is WARN, never PASS: a gated metric the baseline scored on no
+pair, a rate only the candidate records. These checks are listed first.
 
 Hard checks fail regardless of statistics: trace schema failures, retrieved units that failed validation
 against the corpus (either run), invalid citations, cost per query over budget, p95 latency over the SLO,
@@ -36,6 +38,7 @@ overall verdict is the worst check.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -43,7 +46,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ragassay.analysis.compare import Comparison, _p_text, compare_runs
+from ragassay.analysis.compare import UNBOUNDED, Comparison, _p_text, _pct_text, compare_runs, outcome_unit
 from ragassay.analysis.directions import higher_is_better
 from ragassay.errors import InputError
 from ragassay.metrics.names import canonical_name
@@ -52,8 +55,6 @@ from ragassay.yamlio import line_of, load_yaml_node
 
 ORDER = {"PASS": 0, "WARN": 1, "FAIL": 2}
 POWER = 0.80
-# metrics whose values are not confined to [0, 1], so a minimum effect above 1 can make sense
-UNBOUNDED_METRICS = frozenset({"context_tokens"})
 _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
@@ -114,6 +115,7 @@ class GatePolicy(BaseModel):
     @classmethod
     def _effects_in_range(cls, metrics: dict[str, MetricPolicy]) -> dict[str, MetricPolicy]:
         # any accepted spelling (nDCG@final_k, P@5) names the stored metric (ndcg@final_k, precision@5)
+        # Each message starts "<key as written>.<field>: " so that load_policy points at that line.
         canonical: dict[str, MetricPolicy] = {}
         for m, p in metrics.items():
             try:
@@ -122,13 +124,14 @@ class GatePolicy(BaseModel):
                 raise ValueError(f"{m}.min_effect: {exc}") from None
             if name in canonical:
                 raise ValueError(f"{m}.min_effect: names the same metric as another entry ({name}); keep one")
-            canonical[name] = p
-        metrics = canonical
-        for m, p in metrics.items():
-            if m not in UNBOUNDED_METRICS and p.min_effect > 1:
-                raise ValueError(f"{m}.min_effect: {p.min_effect:g} is out of range: {m} lies in [0, 1], so "
+            if name not in UNBOUNDED and p.min_effect > 1:
+                raise ValueError(f"{m}.min_effect: {p.min_effect:g} is out of range: {name} lies in [0, 1], so "
                                  f"its minimum effect must be in (0, 1]")
-        return metrics
+            if name in UNBOUNDED and p.missing == "worst":
+                raise ValueError(f"{m}.missing: worst needs a bounded metric; {name} has no worst value, so "
+                                 "use `missing: excluded`")
+            canonical[name] = p
+        return canonical
 
 
 def load_policy(path: str | Path | None) -> GatePolicy:
@@ -151,10 +154,10 @@ def load_policy(path: str | Path | None) -> GatePolicy:
         for x in e.errors():
             loc = tuple(x["loc"])
             msg = x["msg"].removeprefix("Value error, ")
-            if loc == ("metrics",) and x["type"] == "value_error":
-                # the range check names its metric: point at that metric's line, not at `metrics:`
-                metric, _, msg = msg.partition(".min_effect: ")
-                loc = ("metrics", metric, "min_effect")
+            named = _METRIC_FIELD.match(msg) if loc == ("metrics",) and x["type"] == "value_error" else None
+            if named:
+                # the metrics check names its entry and field: point at that line, not at `metrics:`
+                loc, msg = ("metrics", named[1], named[2]), named[3]
             line = line_of(node, loc) if node is not None else None
             where = f"{p}:{line}" if line else str(p)
             field_path = ".".join(map(str, loc))
@@ -162,6 +165,10 @@ def load_policy(path: str | Path | None) -> GatePolicy:
             lines.append(f"{where}: {field_path + ': ' if field_path else ''}{msg}{got}")
         raise InputError(f"{p}: invalid gate policy; fix these fields (see docs/runs.md):\n"
                          + "\n".join(lines)) from e
+
+
+# "<metric key>.<field>: message", as GatePolicy's metrics check words it
+_METRIC_FIELD = re.compile(r"(.*?)\.(min_effect|missing): (.*)", re.S)
 
 
 def _short(v: object, limit: int = 60) -> str:
@@ -270,19 +277,19 @@ def _failure_check(name: str, runs, limit: int | None, what: str, fix: str) -> C
     return Check(name, "hard", "PASS", f"{total} {what}; allowed {limit}", total, limit)
 
 
-def _pct(x: float | None) -> str:
-    return "undefined" if x is None or x != x else f"{x:.1%}"
-
-
 def coverage_checks(policy: HardPolicy, comp: Comparison, confidence: float = 0.95) -> list[Check]:
     """The hard checks on coverage (spec §14): the candidate's error and refusal rates, paired on (query,
     trial) with the metrics' rule for a credible change (the whole CI above zero and the BH-adjusted p below
     1 - confidence, BH across the two rates), and the share of the baseline's scored pairs each gated metric
-    still compares. A missing trace counts as an error; a rate a run does not record is not applicable."""
+    still compares. A missing trace counts as an error. A rate neither run records is not applicable; one
+    only the baseline records FAILS (the candidate's answer stage is gone); one only the candidate records,
+    or too few pairs to compare, is WARN: a figure that cannot be measured never passes."""
     checks: list[Check] = []
     out = comp.coverage.get("outcomes") or {}
     mix_a, mix_b = out.get("a"), out.get("b")
     rates = {r.metric: r for r in comp.coverage.get("rates", [])}
+    recorded = comp.coverage.get("recorded") or {}
+    unit = outcome_unit(comp)
     alpha = 1 - confidence
     if mix_a is not None and mix_b is None and policy.max_error_rise is not None:
         # the candidate lost its answer stage altogether: no outcome to compare is the largest loss, not "n/a"
@@ -297,16 +304,27 @@ def coverage_checks(policy: HardPolicy, comp: Comparison, confidence: float = 0.
             continue
         name = "error_rate" if metric == "error" else "refusal_rate"
         row = rates.get(metric)
-        if row is None or not row.defined:
-            checks.append(Check(name, "hard", "PASS", "not applicable: the runs record no generation outcomes"
-                                if row is None else f"no paired values to compare ({row.reason})", None, limit))
+        if row is None:
+            sides = [role for role, key in (("baseline", "a"), ("candidate", "b")) if metric in recorded.get(key, ())]
+            if not sides:
+                checks.append(Check(name, "hard", "PASS", f"not applicable: neither run records `{metric}` rows",
+                                    None, limit))
+            else:
+                other = "candidate" if sides == ["baseline"] else "baseline"
+                checks.append(Check(name, "hard", "WARN", f"unknown: only the {sides[0]} records `{metric}`, the "
+                                    f"{other} does not, so a rise cannot be measured; score both runs with a "
+                                    "generation stage to check", None, limit))
+            continue
+        if not row.defined:
+            checks.append(Check(name, "hard", "WARN", f"undefined: no paired values to compare ({row.reason})",
+                                None, limit))
             continue
         key = "error" if metric == "error" else "refused"
         counts = ""
         if mix_a and mix_b:
-            counts = (f"; the candidate {what} on {mix_b[key]} of {mix_b['n']} questions, the baseline on "
+            counts = (f"; the candidate {what} on {mix_b[key]} of {mix_b['n']} {unit}, the baseline on "
                       f"{mix_a[key]} of {mix_a['n']}")
-        text = (f"{name.replace('_', ' ')} {_pct(row.mean_a)} → {_pct(row.mean_b)} (Δ {row.delta:+.3f}, "
+        text = (f"{name.replace('_', ' ')} {_pct_text(row.mean_a)} → {_pct_text(row.mean_b)} (Δ {row.delta:+.3f}, "
                 f"{confidence:.0%} CI [{row.ci_low:+.3f}, {row.ci_high:+.3f}], BH-adjusted p {_p_text(row.p_adj)}, "
                 f"n = {row.n}){counts}")
         credible = row.ci_low > 0 and row.p_adj < alpha
@@ -321,33 +339,36 @@ def coverage_checks(policy: HardPolicy, comp: Comparison, confidence: float = 0.
 
 def _share_checks(policy: HardPolicy, comp: Comparison) -> list[Check]:
     """The compared-pairs check: every gated metric compares at least ``min_compared_share`` of the pairs the
-    baseline scored."""
-    checks: list[Check] = []
-    if policy.min_compared_share is not None:
-        floor = policy.min_compared_share
-        rows = [r for r in comp.rows if r.stratum == "all"]
-        parts, bad = [], []
-        for r in rows:
-            share = r.compared_share
-            golden = comp.coverage.get("golden_items", {}).get("b")
-            of_golden = f" ({r.n} of {golden} golden items)" if golden else ""
+    baseline scored (``CompareRow.compared_share``). A metric the baseline scored on no pair has no share:
+    WARN, since its coverage (and under ``missing: worst`` its whole comparison) rests on nothing."""
+    if policy.min_compared_share is None:
+        return []
+    floor = policy.min_compared_share
+    rows = [r for r in comp.rows if r.stratum == "all"]
+    parts, bad, blind = [], [], []
+    for r in rows:
+        if not r.n_a_defined:
+            part = (f"{r.metric}: the baseline scored no pair ({r.n_b_defined} scored by the candidate), so what "
+                    "the candidate lost cannot be counted")
+            blind.append(part)
+        else:
             how = f", {r.filled} scored as worst" if r.missing == "worst" and r.filled else ""
-            part = (f"{r.metric}: {r.n} of the {r.n_a_defined} pairs the baseline scored"
-                    f"{of_golden}, {_pct(share)}; {r.lost} lost (undefined for the candidate){how}")
-            parts.append(part)
-            if share == share and share < floor:
+            part = (f"{r.metric}: {r.n_a_compared} of the {r.n_a_defined} pairs the baseline scored, "
+                    f"{_pct_text(r.compared_share)}; {r.lost} lost (undefined for the candidate){how}")
+            if r.compared_share < floor:
                 bad.append(part)
-        if bad:
-            checks.append(Check("compared_pairs", "hard", "FAIL", "the comparison lost pairs: " + "; ".join(bad)
-                                + f"; each gated metric must compare at least {floor:.0%} of the baseline's pairs "
-                                "(a candidate that stops answering is not measured on the questions it lost; "
-                                "set `missing: worst` on a metric to score them as its worst value)",
-                                min(r.compared_share for r in rows if r.compared_share == r.compared_share), floor))
-        elif rows:
-            shares = [r.compared_share for r in rows if r.compared_share == r.compared_share]
-            checks.append(Check("compared_pairs", "hard", "PASS", "; ".join(parts) + f"; floor {floor:.0%}",
-                                min(shares) if shares else None, floor))
-    return checks
+        parts.append(part)
+    shares = [r.compared_share for r in rows if r.n_a_defined]
+    lowest = min(shares) if shares else None
+    if bad:
+        return [Check("compared_pairs", "hard", "FAIL", "the comparison lost pairs: " + "; ".join(bad + blind)
+                      + f"; each gated metric must compare at least {floor:.0%} of the baseline's pairs (a "
+                      "candidate that stops answering is not measured on the questions it lost; set `missing: "
+                      "worst` on a metric to score them as its worst value)", lowest, floor)]
+    if blind:
+        return [Check("compared_pairs", "hard", "WARN", "unknown: " + "; ".join(parts) + f"; floor {floor:.0%}",
+                      lowest, floor)]
+    return [Check("compared_pairs", "hard", "PASS", "; ".join(parts) + f"; floor {floor:.0%}", lowest, floor)]
 
 
 def hard_checks(policy: HardPolicy, run, results, baseline=None) -> list[Check]:
@@ -442,7 +463,8 @@ def run_gate(store, base: str, cand: str, policy: GatePolicy, *, rebaseline: boo
                         min_effect={m: p.min_effect for m, p in policy.metrics.items()},
                         judge_floor=policy.judge.floor(), judge_label_set=policy.judge.label_set,
                         missing_worst=[m for m, p in policy.metrics.items() if p.missing == "worst"])
-    checks = []
+    # coverage first: a statistic over the pairs a candidate still answered means little if it lost the rest
+    checks = coverage_checks(policy.hard, comp, policy.confidence)
     status = {s["metric"]: s for s in comp.judge_validation}
     for m, pol in policy.metrics.items():
         row = comp.overall(m)
@@ -458,7 +480,6 @@ def run_gate(store, base: str, cand: str, policy: GatePolicy, *, rebaseline: boo
             check = Check(m, check.kind, check.verdict, f"{check.detail}; judge validated: "
                           f"{'; '.join(status[m]['reasons'])}", check.value, check.threshold, status="validated")
         checks.append(check)
-    checks += coverage_checks(policy.hard, comp, policy.confidence)
     checks += hard_checks(policy.hard, comp.run_b, store.results(comp.run_b.run_id), baseline=comp.run_a)
     verdict = max((c.verdict for c in checks), key=ORDER.__getitem__, default="PASS")
     notes = [f"rebaselined: {k} {a} (A) vs {b} (B)" for k, a, b in comp.pin_differences]

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ragassay.analysis.compare import DEFAULT_MIN_EFFECT, compare_runs, coverage_lines
+from ragassay.analysis.compare import DEFAULT_MIN_EFFECT, compare_runs, coverage_lines, lost_text, number_text
 from ragassay.analysis.gate import load_policy, run_gate
 from ragassay.cli import checks
 from ragassay.cli.common import EXIT_FAIL, console, print_json, progress
@@ -28,9 +28,7 @@ DECOMPOSITION_RESAMPLES = 2_000
 
 
 def _f(x, signed: bool = False) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    return f"{x:+.3f}" if signed else f"{x:.3f}"
+    return number_text(x, signed, undefined="—")
 
 
 def _p(x) -> str:
@@ -91,8 +89,7 @@ def print_comparison(comp, *, all_strata: bool = True) -> None:
     rows = comp.rows if all_strata else [r for r in comp.rows if r.stratum == "all"]
     for r in rows:
         style = "green" if r.verdict == "improved" else "red" if r.verdict == "regressed" else None
-        lost = f"{r.filled} as worst" if r.missing == "worst" else f"{r.lost}" + (f" (+{r.gained})" if r.gained else "")
-        cells = (r.metric, r.stratum, str(r.n), lost, _f(r.mean_a), _f(r.mean_b), _f(r.delta, True),
+        cells = (r.metric, r.stratum, str(r.n), lost_text(r.missing, r.lost, r.gained, r.filled), _f(r.mean_a), _f(r.mean_b), _f(r.delta, True),
                  f"[{_f(r.ci_low, True)}, {_f(r.ci_high, True)}]", _p(r.p), _p(r.p_adj),
                  f"{r.wins}/{r.losses}/{r.ties}", _f(r.sigma_d), _f(r.mde), r.verdict)
         t.add_row(*(Text(c) for c in cells), style=style)

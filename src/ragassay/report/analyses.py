@@ -256,8 +256,9 @@ def ablation_view(a: object) -> dict | None:
                         "delta": fmt.signed(_n(placebo.get("delta"), "ablation.placebo.delta"))} if placebo else None}
 
 
-def _labeller(who: object) -> str:
-    """The heading of the label column: who gave the labels, from the label set (never assumed human)."""
+def labeller_heading(who: object) -> str:
+    """The heading of the label column: who gave the labels, from the label set (never assumed human); the
+    page's judge-validation section and an included ``judge validate`` file both use it."""
     return {"human": "human", "automated": "automated", "mixed": "labels (mixed)"}.get(str(who), "labels")
 
 
@@ -302,7 +303,7 @@ def judge_validation_view(j: object) -> dict | None:
         "min_class_recall": fmt.num(_n(verdict.get("min_class_recall"), f"{p}.verdict.min_class_recall"), 2),
         "min_items": fmt.num(_n(verdict.get("min_items"), f"{p}.verdict.min_items")),
         "min_per_class": fmt.num(_n(verdict.get("min_per_class"), f"{p}.verdict.min_per_class")),
-        "labeller": _labeller(j.get("labelled_by")),
+        "labeller": labeller_heading(j.get("labelled_by")),
         "per_class": per_class, "classes": classes, "confusion": confusion, "reliability": reliability,
         "band": {"lo": fmt.num(_n(band.get("lo"), f"{p}.band.lo")), "hi": fmt.num(_n(band.get("hi"), f"{p}.band.hi")),
                  **{k: fmt.num(_n(rep.get(k), f"{p}.band.report.{k}"))
@@ -321,7 +322,7 @@ def judge_validation_view(j: object) -> dict | None:
                      "reason": str(m.get("reason", ""))}
                     for i, m in enumerate(_maps(j.get("metrics", []), f"{p}.metrics"))],
         "kinds": [{"kind": str(k.get("kind", "")), "labels": str(k.get("label_set") or ""),
-                   "labeller": _labeller(k.get("labelled_by")), "n": fmt.num(_n(k.get("n"), f"{p}.kinds[{i}].n")),
+                   "labeller": labeller_heading(k.get("labelled_by")), "n": fmt.num(_n(k.get("n"), f"{p}.kinds[{i}].n")),
                    "kappa": _stat(k.get("kappa"), f"{p}.kinds[{i}].kappa"),
                    "metrics": ", ".join(str(m) for m in _seq(k.get("metrics") or [], f"{p}.kinds[{i}].metrics")),
                    "status": "validated" if k.get("meets_floor") else "unvalidated",

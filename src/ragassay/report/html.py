@@ -27,6 +27,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from markupsafe import Markup
 
 from ragassay import fsio
+from ragassay.analysis.compare import lost_text
 from ragassay.errors import SchemaError
 from ragassay.report import analyses, fmt, include, svg
 
@@ -422,8 +423,8 @@ def _comparison_view(c: object, i: int) -> dict:
                 "p": fmt.pvalue(r.get("p")),
                 "p_adj": fmt.pvalue(r.get("p_adj")),
                 "wlt": "/".join(fmt.num(x) if x is not None else "—" for x in wlt),
-                "lost": (f"{fmt.num(r.get('filled'))} as worst" if r.get("missing") == "worst"
-                         else fmt.num(r.get("lost")) if r.get("lost") is not None else "—"),
+                "lost": (lost_text(r.get("missing"), r["lost"], r.get("gained") or 0, r.get("filled") or 0)
+                         if r.get("lost") is not None else "—"),
                 "sigma_d": fmt.num(r.get("sigma_d")),
                 "mde": fmt.num(r.get("mde")),
                 "verdict": str(r.get("verdict", "")),

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ragassay.errors import InputError
 from ragassay.report import fmt
+from ragassay.report.analyses import labeller_heading
 
 _KNOWN = ("index-eval, embed-check, corpus check, parse, chunks, sweep, analyze attacks, analyze hygiene, "
           "judge validate or analyze ablation")
@@ -173,9 +174,11 @@ def _judge_validate(d: Mapping) -> dict:
     from ragassay.judges.validate import validation_report_section
 
     v = validation_report_section(dict(d))
-    who = {"human": "human", "automated": "automated", "mixed": "labels (mixed)"}.get(v["labelled_by"], "labels")
+    who = labeller_heading(v["labelled_by"])
     tables = [
-        {"title": f"Agreement with the {who} labels" if who != "labels" else "Agreement with the labels", "columns": ["judge", "n", "figure", "value", "low", "high"],
+        # "human" / "automated" name the labels; "labels" / "labels (mixed)" are the noun themselves
+        {"title": f"Agreement with the {who}" if who.startswith("labels") else f"Agreement with the {who} labels",
+         "columns": ["judge", "n", "figure", "value", "low", "high"],
          "rows": [[v["judge_model"], v["n"], "kappa", *_ci(v["kappa"])],
                   [v["judge_model"], v["n"], "agreement", *_ci(v["agreement"])],
                   [v["judge_model"], v["n"], "min class recall", v["min_class_recall"], None, None]]},

@@ -7,16 +7,9 @@ tag or a table cell.
 
 from __future__ import annotations
 
-import math
-
 from ragassay._markdown import md_escape
-
-
-def _num(x: object, signed: bool = False) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "undefined"
-    return f"{x:+.3f}" if signed else f"{x:.3f}"
-
+from ragassay.analysis.compare import coverage_lines, lost_text
+from ragassay.analysis.compare import number_text as _num
 
 _MARK = {"improved": "🟢 improved", "regressed": "🔴 regressed"}
 
@@ -41,8 +34,6 @@ def comparison_markdown(comp, *, all_strata: bool = False, gate=None) -> str:
     if comp.claims:
         out += [f"- {md_escape(c)}" for c in comp.claims]
         out.append("")
-    from ragassay.analysis.compare import coverage_lines
-
     cover = coverage_lines(comp)
     if cover:
         out += [f"- {md_escape(line.strip())}" for line in cover]
@@ -52,7 +43,7 @@ def comparison_markdown(comp, *, all_strata: bool = False, gate=None) -> str:
     for r in comp.rows:
         if not all_strata and r.stratum != "all":
             continue
-        lost = f"{r.filled} as worst" if r.missing == "worst" else str(r.lost)
+        lost = lost_text(r.missing, r.lost, r.gained, r.filled)
         out.append(f"| {md_escape(r.metric)} | {md_escape(r.stratum)} | {r.n} | {lost} | {_num(r.mean_a)} | "
                    f"{_num(r.mean_b)} | {_num(r.delta, True)} | [{_num(r.ci_low, True)}, {_num(r.ci_high, True)}] "
                    f"| {r.wins}/{r.losses}/{r.ties} | {_MARK.get(r.verdict, md_escape(r.verdict))} |")
