@@ -423,7 +423,7 @@ def test_a_label_set_that_cannot_earn_the_floor_is_refused_before_any_call(tmp_p
     ({"item_id": "x", "question": "q", "answer_a": "a", "answer_b": "b", "label": "a", "claim": "c"},
      ":2: unknown field(s) ['claim']"),
     ({"item_id": "x", "question": "q", "answer_a": "a", "answer_b": "b", "label": "a", "kind": "support"},
-     ":2: item x: kind 'support' is not 'pairwise'"),
+     ":2: item x: kind 'support' does not match --kind pairwise"),
     ({"item_id": "x", "question": "q", "answer_a": "a", "answer_b": "b", "label": "a", "labelled_by": "robot"},
      ":2: item x: labelled_by 'robot'"),
     ({"item_id": "ok", "question": "q", "answer_a": "a", "answer_b": "b", "label": "a"},

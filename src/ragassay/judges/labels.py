@@ -14,6 +14,8 @@ fields and labels; ``cannot_tell`` is a label of every kind (left out of agreeme
 - ``nuggets`` (nugget assignment): ``question``, ``answer``, ``nugget_id``, ``nugget_text``, optional
   ``vital`` (true/false); ``support``, ``partial_support``, ``not_support``. The lines sharing a (question,
   answer) are that answer's nuggets, judged in one call; a nugget id appears once among them.
+- ``pairwise`` (pairwise preference): ``question``, ``answer_a``, ``answer_b``, optional ``context``; ``a``,
+  ``tie``, ``b``. A pair repeated with its answers swapped is a copy (the judge is asked both orders anyway).
 
 Every kind also takes ``label`` (the final, adjudicated label; spaces or hyphens for underscores accepted),
 and optionally ``case``, ``doc_id``, ``generator_family``, ``label_a``/``label_b`` (or ``label_a1``/
@@ -45,6 +47,7 @@ KIND_LABELS = {
     "relevance": ("relevant", "partially_relevant", "irrelevant", "cannot_tell"),
     "criterion": ("pass", "partial", "fail", "cannot_tell"),
     "nuggets": ("support", "partial_support", "not_support", "cannot_tell"),
+    "pairwise": ("a", "tie", "b", "cannot_tell"),
 }
 KINDS = tuple(KIND_LABELS)
 HUMAN_LABELS = KIND_LABELS["support"]
@@ -152,6 +155,19 @@ class NuggetItem(_Labelled):
         return self.answer
 
 
+@dataclass(frozen=True)
+class PairwiseItem(_Labelled):
+    """A pairwise item: which of ``answer_a`` and ``answer_b`` answers ``question`` better (``context``: what
+    the judge sees beside them, if anything)?"""
+
+    item_id: str
+    question: str
+    answer_a: str
+    answer_b: str
+    label: str
+    context: str | None = None
+
+
 # kind -> (item class, required text fields in the file, optional fields of the kind)
 _FORMATS: dict[str, tuple[type, tuple[str, ...], tuple[str, ...]]] = {
     "support": (LabelledItem, ("question", "context", "claim"), ("answer",)),
@@ -159,9 +175,10 @@ _FORMATS: dict[str, tuple[type, tuple[str, ...], tuple[str, ...]]] = {
     "relevance": (RelevanceItem, ("question", "answer"), ()),
     "criterion": (CriterionItem, ("question", "reference", "answer", "criterion"), ()),
     "nuggets": (NuggetItem, ("question", "answer", "nugget_id", "nugget_text"), ("vital",)),
+    "pairwise": (PairwiseItem, ("question", "answer_a", "answer_b"), ("context",)),
 }
 
-Item = LabelledItem | CitationItem | RelevanceItem | CriterionItem | NuggetItem
+Item = LabelledItem | CitationItem | RelevanceItem | CriterionItem | NuggetItem | PairwiseItem
 
 
 @dataclass(frozen=True)
@@ -258,8 +275,8 @@ def _item(kind: str, obj: dict, merged: dict, line: int, where: str, criteria: S
         return None
     given = obj.get("kind")
     if given is not None and given != kind:
-        problems.append(f"{where}: item {iid}: kind {given!r} does not match --kind {kind}; read the file as "
-                        f"--kind {given} or fix the line")
+        problems.append(f"{where}: item {iid}: kind {given!r} does not match --kind {kind}, the kind the file is "
+                        f"read as; read the file as --kind {given} or fix the line")
         return None
     if kind == "criterion" and merged["criterion"] not in criteria:
         problems.append(f"{where}: item {iid}: criterion {merged['criterion']!r} is not in the judge config's "
@@ -271,6 +288,11 @@ def _item(kind: str, obj: dict, merged: dict, line: int, where: str, criteria: S
             problems.append(f"{where}: item {iid}: vital must be true or false")
             return None
         fields["vital"] = merged["vital"]
+    if kind == "pairwise" and merged.get("context") is not None:
+        if not isinstance(merged["context"], str) or not merged["context"].strip():
+            problems.append(f"{where}: item {iid}: context (when given) must be non-empty text")
+            return None
+        fields["context"] = merged["context"]
     passes = {}
     for k in ("label_a", "label_b"):
         if obj.get(k) is not None:
@@ -315,13 +337,21 @@ _NOT_CONTENT = frozenset(("item_id", "label", "label_a", "label_b", "adjudicated
                           "line", "case", "generator_family"))
 
 
+def _content(it) -> str:
+    """What the judge is shown of an item, canonically; a pair's two answers as a set, since both orders are
+    asked (a pair with its answers swapped is the same two requests)."""
+    fields = {k: v for k, v in asdict(it).items() if k not in _NOT_CONTENT}
+    if isinstance(it, PairwiseItem):
+        fields["answers"] = sorted((fields.pop("answer_a"), fields.pop("answer_b")))
+    return json.dumps(fields, sort_keys=True, ensure_ascii=False)
+
+
 def refuse_copies(items: list, path: Path, problems: list[str]) -> None:
     """An item whose judged content (every field the judge is shown) repeats another's is refused: a copy
     counts one judgement twice, so a set padded with copies of two items would reach any minimum n."""
     seen: dict[str, tuple[str, int]] = {}
     for it in items:
-        key = json.dumps({k: v for k, v in asdict(it).items() if k not in _NOT_CONTENT}, sort_keys=True,
-                         ensure_ascii=False)
+        key = _content(it)
         if key in seen:
             first, line = seen[key]
             problems.append(f"{path}:{it.line}: item {it.item_id} repeats the content of item {first} (line {line}): "
@@ -425,5 +455,5 @@ def default_labels(kind: str) -> Path | None:
 
 
 __all__ = ["HUMAN_LABELS", "KINDS", "KIND_LABELS", "LABELLERS", "CitationItem", "CriterionItem", "Item",
-           "LabelSet", "LabelledItem", "NuggetItem", "RelevanceItem", "bundled_example", "bundled_labels",
-           "default_labels", "load_labels"]
+           "LabelSet", "LabelledItem", "NuggetItem", "PairwiseItem", "RelevanceItem", "bundled_example",
+           "bundled_labels", "default_labels", "load_labels"]

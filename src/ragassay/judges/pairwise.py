@@ -32,7 +32,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ragassay.errors import InputError
-from ragassay.judges.labels import LABELLERS, LabelSet, _read_jsonl, item_id, settle
+from ragassay.judges.labels import KIND_LABELS, LabelSet, PairwiseItem, load_labels
 from ragassay.judges.protocol import ItemKey, Judgement, JudgeRequest, Verdict, sha256_text
 from ragassay.judges.validate import (
     DEFAULT_RESAMPLES,
@@ -40,13 +40,14 @@ from ragassay.judges.validate import (
     _ci,
     agreement_figures,
     compared_items,
+    label_counts,
     worst_case_figures,
 )
 
 KIND = "pairwise"
 SCALE = "preference"
-CLASSES = ("a", "tie", "b")  # ordered: the linear kappa weights count a vs b as twice a vs tie
-LABELS = (*CLASSES, "cannot_tell")
+LABELS = KIND_LABELS[KIND]
+CLASSES = LABELS[:-1]  # a < tie < b: the linear kappa weights count a vs b as twice a vs tie
 ITEM_AB = "pairwise:ab"  # answer A in slot 1
 ITEM_BA = "pairwise:ba"  # answer B in slot 1
 SCORE = {"b": 1.0, "tie": 0.5, "inconsistent": 0.5, "a": 0.0}
@@ -271,86 +272,21 @@ def preference_figures(results: Sequence[PairJudgement], clusters: Sequence[str]
 
 
 # ---------------------------------------------------------------------------------------------- labels
-_REQUIRED = ("item_id", "question", "answer_a", "answer_b", "label")
-_KNOWN = frozenset((*_REQUIRED, "context", "labelled_by", "kind"))
-
-
-@dataclass(frozen=True)
-class PairwiseItem:
-    item_id: str
-    question: str
-    answer_a: str
-    answer_b: str
-    label: str
-    context: str | None = None
-    labelled_by: str | None = None
-    line: int = 0
-
-    def pair(self) -> Pair:
-        return Pair(self.item_id, 0, self.question, self.answer_a, self.answer_b, self.context)
+def item_pair(it: PairwiseItem) -> Pair:
+    """The pair a labelled item asks about (trial 0, keyed by its item_id)."""
+    return Pair(it.item_id, 0, it.question, it.answer_a, it.answer_b, it.context)
 
 
 def preference_counts(items) -> dict[str, int]:
     """Labels per class of the preference scale a < tie < b (cannot_tell left out)."""
-    c = Counter(it.label for it in items)
-    return {k: c.get(k, 0) for k in CLASSES}
-
-
-def _norm_label(v) -> str | None:
-    if not isinstance(v, str):
-        return None
-    s = v.strip().lower().replace("-", "_").replace(" ", "_")
-    return s if s in LABELS else None
-
-
-def _text(v) -> bool:
-    return isinstance(v, str) and bool(v.strip())
+    return label_counts(items, SCALE, KIND)
 
 
 def load_pairwise_labels(path: str | Path) -> LabelSet:
-    """Read and check a pairwise labels file (one JSON object per line: item_id, question, optional context,
-    answer_a, answer_b, label a | b | tie | cannot_tell, optional labelled_by human | automated, optional kind
-    "pairwise"). Every problem is one ``file:line: message`` (up to 20) and nothing is returned partially.
-    The version is sha256 over the resolved items sorted by item_id."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{p}: no such pairwise labels file; give a JSONL of labelled pairs (see "
-                         "docs/judge-validation.md, Pairwise judges)")
-    problems: list[str] = []
-    items: list[PairwiseItem] = []
-    seen: dict[str, int] = {}
-    for n, obj in _read_jsonl(p, problems):
-        where = f"{p}:{n}"
-        unknown = sorted(set(obj) - _KNOWN)
-        if unknown:
-            hint = " (a support label file? this one holds pairs)" if "claim" in unknown else ""
-            problems.append(f"{where}: unknown field(s) {unknown}; allowed: {sorted(_KNOWN)}{hint}")
-            continue
-        iid = item_id(obj, where, n, seen, problems)
-        if iid is None:
-            continue
-        bad = [f for f in ("question", "answer_a", "answer_b") if not _text(obj.get(f))]
-        if obj.get("context") is not None and not _text(obj["context"]):
-            bad.append("context (when given)")
-        if bad:
-            problems.append(f"{where}: item {iid}: {', '.join(bad)} must be non-empty text")
-            continue
-        label = _norm_label(obj.get("label"))
-        if label is None:
-            problems.append(f"{where}: item {iid}: label {obj.get('label')!r} is not one of {list(LABELS)}")
-            continue
-        who = obj.get("labelled_by")
-        if who is not None and who not in LABELLERS:
-            problems.append(f"{where}: item {iid}: labelled_by {who!r} is not one of {list(LABELLERS)}")
-            continue
-        if obj.get("kind", KIND) != KIND:
-            problems.append(f"{where}: item {iid}: kind {obj['kind']!r} is not {KIND!r}; this file is read as "
-                            "pairwise labels")
-            continue
-        items.append(PairwiseItem(iid, obj["question"], obj["answer_a"], obj["answer_b"], label,
-                                  obj.get("context"), who, n))
-    items, version = settle(items, p, problems, "pairwise labels", "labelled pairs")
-    return LabelSet(str(p), version, tuple(items), KIND)
+    """A pairwise labels file read by the one label loader (:func:`ragassay.judges.labels.load_labels`, kind
+    ``pairwise``): one JSON object per line with item_id, question, optional context, answer_a, answer_b and
+    label a | b | tie | cannot_tell, plus the fields every kind takes (labelled_by, kind, ...)."""
+    return load_labels(path, KIND)
 
 
 def bundled_pairwise_labels() -> Path:
@@ -377,14 +313,13 @@ def pairwise_validation_figures(items: Sequence[PairwiseItem], judged: Sequence[
     out: dict[str, Any] = {"scale": SCALE, "n_items": len(items), "n_used": len(used),
                            "excluded": dict(sorted(excluded.items())), "n_resamples": n_resamples,
                            "confidence": confidence, "seed": seed}
-    # "ordinal" is agreement_figures' name for the linear weights of an ordered scale
-    out.update(agreement_figures(h, j, CLASSES, scale="ordinal", n_resamples=n_resamples, seed=seed,
+    # an ordered scale: linear-weighted kappa (validate.ORDERED_SCALES)
+    out.update(agreement_figures(h, j, CLASSES, scale=SCALE, n_resamples=n_resamples, seed=seed,
                                  confidence=confidence))
-    out["scale"] = SCALE
     out["n"] = len(used)
     unanswered = np.array([code[it.label] for it, jd in zip(items, judged, strict=True)
                            if it.label != "cannot_tell" and not jd.judged], dtype=np.int64)
-    out["worst_case"] = worst_case_figures(h, j, unanswered, CLASSES, scale="ordinal", n_resamples=n_resamples,
+    out["worst_case"] = worst_case_figures(h, j, unanswered, CLASSES, scale=SCALE, n_resamples=n_resamples,
                                            seed=seed, confidence=confidence)
     recalls = [c["recall"]["value"] for c in out["per_class"] if c["recall"]["defined"]]
     out["min_class_recall"] = min(recalls) if recalls else None
@@ -397,7 +332,9 @@ def pairwise_validation_figures(items: Sequence[PairwiseItem], judged: Sequence[
     out["verbosity"] = {"undefined": "not measured for pairwise judgements"}
     out["self_preference"] = {"undefined": "not measured for pairwise judgements"}
     out["calibration"] = {"undefined": "a pairwise judge emits no score"}
-    out["by_case"] = {}
+    cases = sorted({it.case for it, _ in used if it.case})
+    out["by_case"] = {c: {"n": len(pairs), "agreement": sum(it.label == jd.label for it, jd in pairs) / len(pairs)}
+                      for c in cases for pairs in ([(it, jd) for it, jd in used if it.case == c],)}
     return out
 
 
@@ -425,7 +362,7 @@ def validate_pairwise(cfg, labels_path: str | Path, store, *, n_resamples: int =
         raise InputError(f"{label_set.path}: {problem} on the preference scale ({shown}); a validation on it "
                          "could not earn the gate's floor. Label more pairs; nothing was judged or recorded")
     run_id = validation_run(store, pins) if store is not None else "validation"
-    judged, run = judge_pairs(build_judge(cfg, store), run_id, [it.pair() for it in label_set.items])
+    judged, run = judge_pairs(build_judge(cfg, store), run_id, [item_pair(it) for it in label_set.items])
     calls = call_counts(run)
     if run.stopped:
         raise JudgeStopped(f"judge run stopped: {run.stopped}; finished calls are stored: rerun (with a higher "
@@ -435,25 +372,24 @@ def validate_pairwise(cfg, labels_path: str | Path, store, *, n_resamples: int =
     return figures, calls, label_set
 
 
-def matching_pairwise_validation(store, pins: dict, floor: Floor | None = None) -> dict:
-    """Whether the judge with ``pins`` (:func:`pairwise_pins`) is validated for the pairwise kind: the
-    validation record matching its full pins (model, rubric, prompt, settings) on the preference scale —
-    the largest, the latest among equals, as for the other kinds — checked against ``floor``."""
-    records = store.judge_validations(judge_model=pins["judge_model"], rubric_sha=pins["rubric_sha"],
-                                      prompt_sha=pins["prompt_sha"], kind=KIND)
-    found = [r for r in records if (r.get("scale") or (r.get("figures") or {}).get("scale")) == SCALE
-             and r.get("judge_settings") == pins["settings"]]
-    record = max(found, key=lambda r: (r.get("n") or 0, str(r.get("created_at")), r.get("validation_id") or "")) \
-        if found else None
+def matching_pairwise_validation(store, pins: dict, floor: Floor | None = None, *,
+                                 label_set_version: str | None = None) -> dict:
+    """Whether the judge with ``pins`` (:func:`pairwise_pins`) is validated for the pairwise kind: the record
+    :func:`~ragassay.judges.validate.best_validation` picks on the preference scale (full pins; people's labels
+    first, then the largest, then the latest; on ``label_set_version`` when given), as for every other kind,
+    checked against ``floor``."""
+    from ragassay.judges.validate import best_validation
+
+    record, n_found = best_validation(store, pins, KIND, SCALE, label_set_version=label_set_version)
     ok, why = (floor or Floor()).check(record)
-    if len(found) > 1:
-        why += f"; the largest of {len(found)} matching records"
+    if n_found > 1:
+        why += f"; the largest of {n_found} matching records"
     return {"status": "validated" if ok else "unvalidated", "detail": why,
             "validation_id": None if record is None else record.get("validation_id")}
 
 
 __all__ = ["CLASSES", "ITEM_AB", "ITEM_BA", "KIND", "PROMPT_SHA", "RUBRIC", "RUBRIC_SHA", "SCALE", "TEMPLATE",
            "Pair", "PairJudgement", "PairwiseItem", "PairwiseVerdict", "preference_counts", "bundled_pairwise_labels",
-           "call_counts", "cluster_mean", "golden_context", "judge_pairs", "load_pairwise_labels",
+           "call_counts", "cluster_mean", "golden_context", "item_pair", "judge_pairs", "load_pairwise_labels",
            "matching_pairwise_validation", "pair_requests", "pairwise_pins", "pairwise_validation_figures",
            "position_bias", "preference_figures", "validate_pairwise"]

@@ -60,15 +60,21 @@ def p_bad(score: float) -> float:
     return min(1.0, max(0.0, 1.0 - score)) if not math.isnan(score) else math.nan
 
 
-def route(p: float, verdict: LocalVerdict, lo: float, hi: float) -> str:
-    """``auto_pass`` for P(bad) < lo, ``auto_fail`` for P(bad) > hi, else ``escalated``; NaN, or a tier-1 label
-    that contradicts the route, escalates."""
-    label = None if verdict.verdict.cannot_judge else verdict.verdict.label
+def route_label(p: float, label: str | None, lo: float, hi: float) -> str:
+    """The band rule, the one place it is written: ``auto_pass`` for P(bad) < lo with tier 1's label
+    ``supported``, ``auto_fail`` for P(bad) > hi with any other label, else ``escalated``; NaN, no label (tier 1
+    could not judge) or a label that contradicts the route escalates. Runs (:func:`route`) and validations
+    (``validate.route_items``) both route through it."""
     if p < lo and label == "supported":
         return "auto_pass"
     if p > hi and label is not None and label != "supported":
         return "auto_fail"
     return "escalated"
+
+
+def route(p: float, verdict: LocalVerdict, lo: float, hi: float) -> str:
+    """:func:`route_label` of a tier-1 local verdict (no label when it could not judge)."""
+    return route_label(p, None if verdict.verdict.cannot_judge else verdict.verdict.label, lo, hi)
 
 
 @dataclass
@@ -193,5 +199,5 @@ def route_llm(client, run_id: str, items: Sequence[JudgeItem], tier1, *, tier2: 
     return out, log
 
 
-__all__ = ["COVERED_METRICS", "ROUTES", "CascadeRouting", "local_record", "p_bad", "route", "route_llm",
-           "route_local"]
+__all__ = ["COVERED_METRICS", "ROUTES", "CascadeRouting", "local_record", "p_bad", "route", "route_label",
+           "route_llm", "route_local"]

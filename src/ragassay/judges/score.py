@@ -12,11 +12,14 @@ judge summary (``cascade``) and the cost line.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from ragassay.errors import InputError, PinMismatchError
 from ragassay.judges.config import JudgeConfig, build_judge, build_tier1, judge_settings
@@ -99,35 +102,56 @@ def check_traces_of(store, rec, traces: Sequence, header=None, where: str = "the
 
 def _answers_disagree(store, rec, traces: Sequence, golden) -> list[str]:
     """The traces whose outcome or answer does not reproduce the run's stored ``error``, ``refused`` and
-    ``answer_f1`` (SQuAD token F1 against the reference answer, as scoring computes it)."""
-    from ragassay.metrics.generation import token_f1
+    ``answer_f1``: error = outcome error or missing, refused = outcome refused, and (for an answered trace of
+    an answerable query with a reference answer) SQuAD token F1 against the reference through scoring's own
+    array code (:func:`~ragassay.metrics.generation.token_f1_codes`). A stored value that is undefined is not
+    compared. Whole-run arrays: it runs on every ``judge RUN``."""
+    from ragassay.metrics.generation import answer_tokens, token_f1_codes
+    from ragassay.trace.schema import first_index_codes
 
     have = set(store.metrics(rec.run_id))
     wanted = [m for m in ("error", "refused", "answer_f1") if m in have]
-    if not wanted:
+    if not wanted or not traces:
         return []
-    stored: dict[tuple[str, int], dict[str, float | None]] = {}
-    for row in store.results(rec.run_id, wanted, columns=["query_id", "trial", "metric", "value"],
-                             ordered=False).to_pylist():
-        stored.setdefault((row["query_id"], row["trial"]), {})[row["metric"]] = row["value"]
-    bad = []
-    for t in traces:
-        got = stored.get((t.query_id, t.trial), {})
-        want = {"error": float(t.outcome in (None, "error")), "refused": float(t.outcome == "refused")}
-        q = golden[t.query_id] if t.query_id in golden else None
-        if t.outcome == "answered" and q is not None and q.answerable and q.reference_answer:
-            want["answer_f1"] = token_f1(t.answer or "", q.reference_answer)
-        for m, v in want.items():
-            s = got.get(m)
-            if m in got and s is not None and abs(s - v) > 1e-9:
-                bad.append((t, m, s, v))
-                break
-    if not bad:
+    n = len(traces)
+    rows = store.results(rec.run_id, wanted, columns=["query_id", "trial", "metric", "value"], ordered=False)
+    col = {m: j for j, m in enumerate(wanted)}
+    # one row of `by_key` per stored (query, trial), at the index of its first result row; a trace whose
+    # (query, trial) the run has no row for reads the NaN row at the end
+    key, first = first_index_codes(list(zip(rows["query_id"].to_pylist(), rows["trial"].to_pylist(), strict=True)))
+    by_key = np.full((rows.num_rows + 1, len(wanted)), np.nan)
+    by_key[key, [col[m] for m in rows["metric"].to_pylist()]] = rows["value"].to_numpy(zero_copy_only=False)
+    at = np.fromiter(map(first.get, ((t.query_id, t.trial) for t in traces), itertools.repeat(rows.num_rows)),
+                     dtype=np.int64, count=n)
+    stored = by_key[at]
+    outcome = [t.outcome for t in traces]
+    want = np.full((n, len(wanted)), np.nan)
+    if "error" in col:
+        want[:, col["error"]] = [o in (None, "error") for o in outcome]
+    if "refused" in col:
+        want[:, col["refused"]] = [o == "refused" for o in outcome]
+    if "answer_f1" in col:
+        refs = [(k, q.reference_answer) for k, t in enumerate(traces) if t.outcome == "answered"
+                and (q := golden[t.query_id] if t.query_id in golden else None) is not None
+                and q.answerable and q.reference_answer]
+        if refs:
+            scored = np.fromiter((k for k, _ in refs), dtype=np.int64, count=len(refs))
+            gold, gold_counts = answer_tokens([r for _, r in refs])
+            pred, pred_counts = answer_tokens([traces[k].answer or "" for k, _ in refs])
+            codes, _ = first_index_codes(np.concatenate([gold, pred]).tolist())
+            want[scored, col["answer_f1"]] = token_f1_codes(codes[len(gold):], pred_counts, codes[:len(gold)],
+                                                            gold_counts)[0]
+    with np.errstate(invalid="ignore"):
+        off = np.abs(stored - want) > 1e-9  # False wherever either side is undefined
+    bad = np.flatnonzero(off.any(axis=1))
+    if not bad.size:
         return []
-    t, m, s, v = bad[0]
-    return [f"{len(bad)} trace(s) whose answer or outcome does not give the scores the run stored (first: "
-            f"{t.query_id} trial {t.trial}: {m} {s:.4g} stored, {v:.4g} from the file) — traces of another run of "
-            "the same config share its trace ids"]
+    k = int(bad[0])
+    m = int(np.argmax(off[k]))
+    t = traces[k]
+    return [f"{bad.size} trace(s) whose answer or outcome does not give the scores the run stored (first: "
+            f"{t.query_id} trial {t.trial}: {wanted[m]} {stored[k, m]:.4g} stored, {want[k, m]:.4g} from the "
+            "file) — traces of another run of the same config share its trace ids"]
 
 
 def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg: JudgeConfig, *,

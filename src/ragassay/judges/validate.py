@@ -46,30 +46,37 @@ from typing import Any
 import numpy as np
 
 from ragassay.errors import InputError, PinMismatchError
-from ragassay.judges.labels import Item, LabelledItem, LabelSet
+from ragassay.judges.labels import KIND_LABELS, Item, LabelledItem, LabelSet
 
 
-def _levels(low: str, mid: str | None, top: str, not_top: str) -> tuple[dict, dict]:
-    """(scale -> classes, scale -> {label: class}) of a kind with labels ``low`` < ``mid`` < ``top``: binary
-    is ``top`` vs ``not_top`` (the middle level counts as not top), ordinal the levels themselves."""
-    binary = {top: top, low: not_top, **({mid: not_top} if mid else {})}
-    if mid is None:
-        return {"binary": (not_top, top)}, {"binary": binary}
-    return ({"binary": (not_top, top), "ordinal": (low, mid, top)},
-            {"binary": binary, "ordinal": {top: top, mid: mid, low: low}})
+def _levels(labels: Sequence[str], not_top: str) -> tuple[dict, dict]:
+    """(scale -> classes, scale -> {label: class}) of a kind whose labels (``KIND_LABELS``: top level first,
+    cannot_tell last) are ordered: binary is the top level vs ``not_top`` (a middle level counts as not top),
+    ordinal the levels themselves, lowest first (a kind with two levels has the binary scale only)."""
+    levels = tuple(reversed(labels[:-1]))
+    top = levels[-1]
+    scales = {"binary": (not_top, top)}
+    to = {"binary": {lab: top if lab == top else not_top for lab in levels}}
+    if len(levels) == 3:
+        scales["ordinal"] = levels
+        to["ordinal"] = {lab: lab for lab in levels}
+    return scales, to
 
 
-# The classes of every scale of every kind, lowest first, and how a human or judge label maps onto them.
-_KINDS = {
-    "support": _levels("unsupported", "partially_supported", "supported", "not_supported"),
-    "citation": _levels("unsupported", None, "supported", "not_supported"),
-    "relevance": _levels("irrelevant", "partially_relevant", "relevant", "not_relevant"),
-    "criterion": _levels("fail", "partial", "pass", "not_pass"),
-    "nuggets": _levels("not_support", "partial_support", "support", "not_support"),
-}
+# The binary scale's "not top" class of each pointwise kind (its levels are labels.KIND_LABELS').
+_NOT_TOP = {"support": "not_supported", "citation": "not_supported", "relevance": "not_relevant",
+            "criterion": "not_pass", "nuggets": "not_support"}
+# The classes of every scale of every kind, lowest first, and how a human or judge label maps onto them; the
+# pairwise kind has one scale, the preference a < tie < b (ordered: its kappa takes the linear weights too).
+_KINDS = {**{k: _levels(KIND_LABELS[k], nt) for k, nt in _NOT_TOP.items()},
+          "pairwise": ({"preference": KIND_LABELS["pairwise"][:-1]},
+                       {"preference": {lab: lab for lab in KIND_LABELS["pairwise"][:-1]}})}
 KIND_SCALES = {k: v[0] for k, v in _KINDS.items()}
 KIND_TO = {k: v[1] for k, v in _KINDS.items()}
 SCALES = KIND_SCALES["support"]
+# The scales whose classes are ordered levels, compared with linear-weighted kappa (Cohen 1968): a judge one
+# level off counts half as wrong as one two levels off. Binary scales take the unweighted kappa.
+ORDERED_SCALES = ("ordinal", "preference")
 # Judge metrics and the judgement they are built from: a validation of that judgement covers them.
 METRIC_KIND = {"faithfulness": "support", "citation_precision": "citation", "citation_recall": "citation",
                "numeric_consistency": "support", "answer_relevance": "relevance", "correctness": "criterion",
@@ -140,8 +147,9 @@ def _per_class(conf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def weights_for(scale: str, k: int) -> np.ndarray:
+    """Kappa's disagreement weights: |i - j| (linear) on an ordered scale, 1 off the diagonal otherwise."""
     i = np.arange(k)
-    return np.abs(i[:, None] - i[None, :]).astype(np.float64) if scale == "ordinal" else 1.0 - np.eye(k)
+    return np.abs(i[:, None] - i[None, :]).astype(np.float64) if scale in ORDERED_SCALES else 1.0 - np.eye(k)
 
 
 def agreement_figures(human: Sequence[int], judge: Sequence[int], classes: Sequence[str], *, scale: str = "binary",
@@ -163,7 +171,7 @@ def agreement_figures(human: Sequence[int], judge: Sequence[int], classes: Seque
     return {
         "n": int(n),
         "classes": list(classes),
-        "kappa_weights": "linear" if scale == "ordinal" else None,
+        "kappa_weights": "linear" if scale in ORDERED_SCALES else None,
         "kappa": _ci(float(_kappa(conf, w)), _kappa(boot, w), confidence),
         "agreement": _ci(float(np.trace(conf) / n), agree_boot, confidence),
         "per_class": [{"label": c, "support": int(conf[i].sum()), "predicted": int(conf[:, i].sum()),
@@ -344,8 +352,9 @@ def validate_judgements(items: Sequence[Item], judged: Sequence[Judged], *, kind
     """Every figure of a judge validation of ``kind`` from the items and the judge's answers (in item order).
     For kind ``criterion`` the agreement figures of each criterion are under ``per_criterion`` as well; the
     top-level figures (which the floor reads) pool every criterion."""
-    if kind not in KIND_SCALES:
-        raise InputError(f"kind must be one of {list(KIND_SCALES)}, got {kind!r}")
+    if kind not in KIND_SCALES or kind == "pairwise":
+        raise InputError(f"kind must be one of {[k for k in KIND_SCALES if k != 'pairwise']}, got {kind!r} (pairwise "
+                         "judgements are validated by judges.pairwise.validate_pairwise)")
     if scale not in KIND_SCALES[kind]:
         raise InputError(f"scale must be one of {list(KIND_SCALES[kind])} for kind {kind}, got {scale!r}")
     if len(items) != len(judged):
@@ -556,21 +565,11 @@ def run_judge(cfg, items: Sequence[LabelledItem], store=None) -> tuple[list[Judg
 
 
 def route_items(tier1: Sequence[Judged], lo: float, hi: float) -> list[tuple[str, float]]:
-    """(route, P(bad)) of each item by tier 1's answer, as a cascade routes a claim of a scored run
-    (``routing.route``): P(bad) = 1 - score below ``lo`` with a supported label auto-passes, above ``hi`` with
-    a not-supported label auto-fails, anything else (no score, no label, inside the band) escalates."""
-    from ragassay.judges.routing import p_bad
+    """(route, P(bad)) of each item by tier 1's answer, by the band rule a cascade applies to a claim of a
+    scored run (:func:`ragassay.judges.routing.route_label`, P(bad) = 1 - score)."""
+    from ragassay.judges.routing import p_bad, route_label
 
-    out = []
-    for j in tier1:
-        p = p_bad(j.score)
-        if p < lo and j.label == "supported":
-            out.append(("auto_pass", p))
-        elif p > hi and j.label is not None and j.label != "supported":
-            out.append(("auto_fail", p))
-        else:
-            out.append(("escalated", p))
-    return out
+    return [(route_label(p, j.label, lo, hi), p) for j in tier1 for p in (p_bad(j.score),)]
 
 
 # ---------------------------------------------------------------------------------------------- records
@@ -714,14 +713,25 @@ def label_counts(items: Sequence[Item], scale: str, kind: str = "support") -> di
 def matching_validation(store, judge: dict, metric: str, *, label_set_version: str | None = None
                         ) -> tuple[dict | None, int]:
     """The validation record that speaks for ``metric`` as judged under ``judge`` (a run's judge pins), and
-    how many records matched. A record matches on the judge's full pins (model, rubric sha, prompt sha and
-    settings), the metric's kind and its scale (:data:`METRIC_SCALE`), and ``label_set_version`` (a prefix)
-    when given. Of several: labels given by people before unstated ones, unstated before mixed, mixed before
-    automated ones; then the one with the most compared items; then the latest. Never merely the latest, so a
-    small re-validation cannot replace a large one, and a validation on another scale does not count at all."""
+    how many records matched: :func:`best_validation` on the metric's kind (:data:`METRIC_KIND`) and scale
+    (:data:`METRIC_SCALE`)."""
+    return best_validation(store, judge, METRIC_KIND.get(metric), METRIC_SCALE.get(metric),
+                           label_set_version=label_set_version)
+
+
+def best_validation(store, judge: dict, kind: str | None, scale: str | None, *,
+                    label_set_version: str | None = None) -> tuple[dict | None, int]:
+    """The validation record of ``kind`` on ``scale`` that speaks for a judge with pins ``judge``, and how
+    many records matched. A record matches on the judge's full pins (model, rubric sha, prompt sha and
+    settings), the kind, the scale, and ``label_set_version`` (a prefix) when given. Of several: labels given
+    by people before unstated ones, unstated before mixed, mixed before automated ones; then the one with the
+    most compared items; then the latest. Never merely the latest, so a small re-validation cannot replace a
+    large one, and a validation on another scale does not count at all. Every kind (pairwise too) is matched
+    here."""
     from ragassay.judges.config import judge_settings
 
-    kind, scale = METRIC_KIND.get(metric), METRIC_SCALE.get(metric)
+    if kind is None or scale is None:
+        return None, 0
     records = store.judge_validations(judge_model=judge.get("judge_model"), rubric_sha=judge.get("rubric_sha"),
                                       prompt_sha=judge.get("prompt_sha"), kind=kind)
     settings = judge_settings(judge)
@@ -820,7 +830,8 @@ def validation_report_section(record: dict) -> dict:
 
 
 __all__ = ["DEFAULT_RESAMPLES", "KIND_SCALES", "KIND_TO", "METRIC_KIND", "METRIC_SCALE", "SCALES", "Floor", "Judged",
-           "agreement_figures", "calibration_figures", "call_accounting", "call_judge", "covered_metrics",
+           "agreement_figures", "best_validation", "calibration_figures", "call_accounting", "call_judge",
+           "covered_metrics",
            "fit_split", "judge_llm", "judge_local", "judge_status", "label_counts", "matching_validation",
            "position_swap", "rebaseline", "run_judge", "self_preference", "support_request", "validate_judgements",
            "validation_record", "validation_report_section", "validation_run", "verbosity_slope", "words"]
