@@ -202,8 +202,12 @@ def test_identical_requests_on_ray_are_paid_once_as_on_one_machine(tmp_path, ray
             else:
                 cfg = JudgeConfig(provider="openai", model="judge-m", concurrency=4,
                                   prices={"judge-m": {"input": 1.0, "output": 2.0}})
-                with ClusterJudge(client, cfg, get_executor("ray")) as cluster:
-                    run = cluster.run(requests(run_id))
+                ex = get_executor("ray")
+                try:
+                    with ClusterJudge(client, cfg, ex) as cluster:
+                        run = cluster.run(requests(run_id))
+                finally:
+                    ex.close()  # an executor given as an object is its caller's to close
             stored = sorted((c["query_id"], c["trial"], c["outcome"], c["cache_hit"], c["request_sha"])
                             for c in st.judge_calls(run_id))
         got[label] = ([(j.record.query_id, j.record.trial, j.outcome, j.record.cache_hit) for j in run.judgements],

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -55,7 +56,6 @@ def connect(address: str | None = None) -> bool:
     on this machine's CPUs when it would start one; True when this call started or joined Ray (and so must
     shut it down), False when this process was already connected."""
     ray = _ray()
-    _ray_messages_to_stderr()
     if ray.is_initialized():
         return False
     target = cluster_address(address)
@@ -187,22 +187,52 @@ def _handshake(target: str, timeout: float) -> str | None:
     return None
 
 
-def _ray_messages_to_stderr() -> None:
-    """Print the messages a driver's Ray relays from the cluster ("(raylet) A worker died ...", "Task ...
-    failed ... will be retried") on stderr. Ray prints them on stdout, whatever ``log_to_driver`` says
-    (``ray._private.worker.print_to_stdstream``, called by its error listener thread), where they would
-    break a command's ``--json`` output."""
-    import ray._private.worker as worker
+class _StderrRelay:
+    """The messages a driver's Ray relays from the cluster ("(raylet) A worker died ...", "Task ... failed ...
+    will be retried"), printed on stderr while at least one executor is open. Ray prints them on stdout,
+    whatever ``log_to_driver`` says (``ray._private.worker.print_to_stdstream``, looked up by its error
+    listener thread at each message), where they would break a command's ``--json`` output.
 
-    relay = worker.print_to_stdstream
-    if getattr(relay, "to_stderr", False):
-        return
+    One per process, counted: the first executor to open puts a stand-in in Ray's place, the last to close
+    puts Ray's function back, so outside an executor's life the process's Ray (a caller's own session, a
+    later ``ray.init`` that binds the function for its worker logs) prints as Ray does. A stand-in something
+    else has replaced meanwhile is left to it."""
 
-    def to_stderr(data: dict, *args: Any, **kwargs: Any) -> Any:
-        return relay({**data, "is_err": True}, *args, **kwargs)
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+        self.ray_own: Any = None
+        self.stand_in: Any = None
 
-    to_stderr.to_stderr = True  # type: ignore[attr-defined]
-    worker.print_to_stdstream = to_stderr
+    def acquire(self) -> None:
+        import ray._private.worker as worker
+
+        with self.lock:
+            self.users += 1
+            if self.users > 1:
+                return
+            ray_own = worker.print_to_stdstream
+
+            def to_stderr(data: dict, *args: Any, **kwargs: Any) -> Any:
+                return ray_own({**data, "is_err": True}, *args, **kwargs)
+
+            self.ray_own, self.stand_in = ray_own, to_stderr
+            worker.print_to_stdstream = to_stderr
+
+    def release(self) -> None:
+        import ray._private.worker as worker
+
+        with self.lock:
+            if self.users == 0:
+                return
+            self.users -= 1
+            if self.users == 0:
+                if worker.print_to_stdstream is self.stand_in:
+                    worker.print_to_stdstream = self.ray_own
+                self.ray_own = self.stand_in = None
+
+
+RELAY = _StderrRelay()
 
 
 @contextmanager
@@ -345,15 +375,24 @@ class RayPipelineWorkers(PipelineWorkers):
 
 
 class RayExecutor(LocalExecutor):
-    """Work on a Ray cluster: ``address`` None starts a local one (and shuts it down on :meth:`close`)."""
+    """Work on a Ray cluster: the one :func:`connect` joins or starts for ``address``, left (and a local one
+    shut down) on :meth:`close`; a process already connected keeps its session. Ray's relayed cluster events
+    go to stderr from here until :meth:`close`."""
 
     name = "ray"
 
     def __init__(self, address: str | None = None) -> None:
         self.address = address
-        self._started = connect(address)
         ray = _ray()
-        self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        # for the executor's life only: undone by close(), or here when joining or starting fails
+        RELAY.acquire()
+        self._relaying, self._started = True, False
+        try:
+            self._started = connect(address)
+            self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        except BaseException:
+            self.close()
+            raise
 
     def pipeline_workers(self, recipe: PipelineRecipe, golden: Any) -> RayPipelineWorkers:
         # kept so a caller can watch (or, in the failure tests, kill) the actors of the run in progress
@@ -380,3 +419,6 @@ class RayExecutor(LocalExecutor):
         if self._started:
             _ray().shutdown()
             self._started = False
+        if self._relaying:
+            RELAY.release()
+            self._relaying = False
