@@ -150,6 +150,17 @@ def test_an_out_of_range_number_is_refused_before_anything_is_read(cli, at, args
     _refused(cli, at, args, fragments)
 
 
+@pytest.mark.parametrize("args, fragment", [
+    (("analyze", "ablation", "none.yaml", "--store", "new.duckdb"),
+     "none.yaml: no such file; pass the ablation spec file"),
+    (("analyze", "slices", "a", "b", "--store", "r.duckdb", "--declared", "none.yaml"),
+     "none.yaml: no such file; pass the slices declaration file"),
+], ids=["ablation", "slices --declared"])
+def test_a_missing_analysis_file_is_named_once(cli, at, args, fragment):
+    _refused(cli, at, args, [fragment])
+    assert "file file" not in cli(*args).err
+
+
 def test_every_bad_flag_gets_its_own_error_line(cli, at):
     res = cli("analyze", "attribution", "--k", "0", "--limit", "0", "--seed", "-1", "--resamples", "5")
     res.assert_clean_error()
@@ -211,6 +222,13 @@ SWEEPS = {
     "name with a folder": ("configs:\n  - {name: a/b}\n  - {name: b}\n", "configs[0] name 'a/b' must be a plain"),
     "name dot-dot": ("configs:\n  - {name: a}\n  - {name: '..'}\n", "configs[1] name '..' must be a plain"),
     "configs not a list": ("configs: 5\n", "configs must be a list"),
+    "overlap without 0 beside a windowless kind": (
+        "grid: {kind: [fixed, recursive], size: [64, 128], overlap: [16]}\n",
+        "grid.overlap [16] has no 0, the only overlap kind(s) recursive take", "add 0 to grid.overlap"),
+    "fusion a list": ("configs:\n  - {name: a}\n  - {name: b, fusion: [1, 2]}\n",
+                      "config b: fusion must be a mapping of settings, got [1, 2]"),
+    "reranker a word": ("configs:\n  - {name: a, reranker: none}\n  - {name: b}\n",
+                        "config a: reranker must be a mapping of settings, got 'none'"),
 }
 
 

@@ -66,7 +66,7 @@ class AblationSpec:
 def load_ablation(path: str | Path) -> AblationSpec:
     """Read and check an ablation file; every problem is reported against the file."""
     path = Path(path)
-    data = load_yaml(path, "ablation file")
+    data = load_yaml(path, "ablation spec")
     if not isinstance(data, dict):
         raise SchemaError(f"{path}: an ablation file is a mapping (name, baseline, intervention, expectations, ...)")
     problems = []

@@ -156,7 +156,7 @@ def paired_scores(store: Store, run_a: str, run_b: str, metric: str):
 
 
 def read_declared(path: str | Path) -> tuple[dt.datetime, list[str]]:
-    data = load_yaml(Path(path), "slices file")
+    data = load_yaml(Path(path), "slices declaration")
     if not isinstance(data, dict) or "declared_at" not in data or not isinstance(data.get("slices"), list):
         raise InputError(f"{path}: a slices file needs `declared_at: <ISO date-time>` and `slices: [keys...]`")
     raw = data["declared_at"]

@@ -81,6 +81,11 @@ def _grid(where: str, grid: dict) -> list[tuple[str, dict]]:
     kinds = _axis(where, grid, "kind", ["recursive"], lambda v: isinstance(v, str) and v, "a chunker kind")
     sizes = _axis(where, grid, "size", None, lambda v: is_int(v) and v >= 1, "a token count >= 1")
     overlaps = _axis(where, grid, "overlap", [0], lambda v: is_int(v) and v >= 0, "a token count >= 0")
+    windowless = sorted({k for k in kinds if k != "fixed"})
+    if windowless and 0 not in overlaps:
+        raise SchemaError(f"{where}: grid.overlap {overlaps} has no 0, the only overlap kind(s) "
+                          f"{', '.join(windowless)} take (an overlap applies to fixed windows only), so they would "
+                          f"make no config; add 0 to grid.overlap, or drop those kinds")
     out = []
     for kind, size, ov in itertools.product(kinds, sizes, overlaps):
         if ov and kind != "fixed":
@@ -175,9 +180,13 @@ def config_for(spec: SweepSpec, name: str, over: dict) -> dict:
         raise SchemaError(f"{spec.base}: the sweep's base must be a pipeline config (a mapping of sections)")
     cfg = _merge(base, over)
     cfg["name"] = name
+    for section in ("fusion", "reranker", "packer"):  # the sections read or set here: mappings, or left out
+        if cfg.get(section) is not None and not isinstance(cfg[section], dict):
+            raise SchemaError(f"{spec.source}: config {name}: {section} must be a mapping of settings, got "
+                              f"{cfg[section]!r}")
     depth = (cfg.get("fusion") or {}).get("depth", 50)
-    cfg.setdefault("reranker", {})["final_k"] = depth
-    cfg.setdefault("packer", {})["budget_tokens"] = spec.budget_tokens
+    cfg["reranker"] = {**(cfg.get("reranker") or {}), "final_k": depth}
+    cfg["packer"] = {**(cfg.get("packer") or {}), "budget_tokens": spec.budget_tokens}
     return cfg
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import typer
 from rich.table import Table
-from rich.text import Text
 
 from ragassay.cli import checks
+from ragassay.cli.analyze_causal import REBASELINE_OPT, print_rebaselined
 from ragassay.cli.common import console, esc, print_json
 from ragassay.errors import InputError
 
@@ -43,8 +43,6 @@ STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB result
 JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of the summary.")
 CORRECT_OPT = typer.Option("answer_f1>=0.5", "--correct", help="Correctness rule METRIC>=THRESHOLD.")
 RESAMPLES_OPT = typer.Option(2_000, "--resamples", help="Bootstrap resamples (100 to 1,000,000).")
-REBASELINE_OPT = typer.Option(False, "--rebaseline", help="Analyse runs whose pins differ (golden set, corpus, "
-                                                          "metric version, ...); the output names the pins.")
 
 
 def _v(x, signed: bool = False) -> str:
@@ -59,14 +57,6 @@ def _ci(s: dict, signed: bool = False) -> str:
     lo = "—" if s["ci_low"] is None else _v(s["ci_low"], signed)
     hi = "—" if s["ci_high"] is None else _v(s["ci_high"], signed)
     return f"{_v(s['value'], signed)} [{lo}, {hi}]"
-
-
-def print_rebaselined(diffs: list[dict]) -> None:
-    """One line naming every differing pin a rebaselined analysis let through (nothing when none)."""
-    if diffs:
-        console.print(Text("rebaselined: ", style="yellow") + Text("; ".join(
-            f"{d['pin']}: {'unset' if d['a'] is None else d['a']} ({d['run_a']}) → "
-            f"{'unset' if d['b'] is None else d['b']} ({d['run_b']})" for d in diffs)))
 
 
 def _open(store: Path):
@@ -214,13 +204,12 @@ def ablation(
 ) -> None:
     from ragassay.analysis.ablation import load_ablation, run_ablation
     from ragassay.analysis.runner import load_inputs
-    from ragassay.cli.run import kept_only_with_runs
-    from ragassay.store import Store
+    from ragassay.cli.run import store_for_runs
 
     checks.refuse(checks.count("--trials", trials), checks.resamples(resamples))
     spec = load_ablation(file)
     c, g = load_inputs(corpus, golden)
-    with kept_only_with_runs(store), Store.open(store) as st:
+    with store_for_runs(store) as st:
         res = run_ablation(st, spec, c, g, trials=trials, n_resamples=resamples)
     if json_out:
         print_json(res)

@@ -2,6 +2,10 @@
 
 Registered through :data:`ragassay.cli.analyze.KINDS`; each command takes ``--json`` and prints a short
 summary. The heavy modules are imported inside the commands, so listing the kinds stays cheap.
+
+The ``--rebaseline`` option and its summary line, shared by every analysis that pairs stored runs, live here
+and :mod:`ragassay.cli.analyze` imports them: that module imports this one (its kinds table), so the reverse
+would make the two import each other.
 """
 
 from __future__ import annotations
@@ -10,13 +14,15 @@ from pathlib import Path
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from ragassay.cli import checks
-from ragassay.cli.analyze import REBASELINE_OPT, print_rebaselined
 from ragassay.cli.common import console, esc, print_json
 from ragassay.errors import InputError
 
 JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of the summary.")
+REBASELINE_OPT = typer.Option(False, "--rebaseline", help="Analyse runs whose pins differ (golden set, corpus, "
+                                                          "metric version, ...); the output names the pins.")
 CONFIG_OPT = typer.Option(None, "--config", help="Pipeline config YAML (default: the bundled BM25 config).")
 GOLDEN_OPT = typer.Option(None, "--golden", help="Golden set: built folder or authoring file (default: bundled).")
 CORPUS_OPT = typer.Option(None, "--corpus", help="Corpus folder or JSONL (default: bundled).")
@@ -26,6 +32,14 @@ def _v(x: float | None, signed: bool = False) -> str:
     if x is None or x != x:
         return "undefined"
     return f"{x:+.3f}" if signed else f"{x:.3f}"
+
+
+def print_rebaselined(diffs: list[dict]) -> None:
+    """One line naming every differing pin a rebaselined analysis let through (nothing when none)."""
+    if diffs:
+        console.print(Text("rebaselined: ", style="yellow") + Text("; ".join(
+            f"{d['pin']}: {'unset' if d['a'] is None else d['a']} ({d['run_a']}) → "
+            f"{'unset' if d['b'] is None else d['b']} ({d['run_b']})" for d in diffs)))
 
 
 def _pipeline_and_traces(config: Path | None, corpus: Path | None, golden: Path | None, limit: int | None):

@@ -182,6 +182,14 @@ def kept_only_with_runs(store: Path) -> Iterator[None]:
         raise
 
 
+@contextmanager
+def store_for_runs(store: Path) -> Iterator[Store]:
+    """The store a command writes runs into (run, score, analyze ablation, sweep), opened inside
+    :func:`kept_only_with_runs`: the one way those commands open it."""
+    with kept_only_with_runs(store), Store.open(store) as st:
+        yield st
+
+
 def _holds_runs(store: Path) -> bool:
     try:
         with Store.open(store, read_only=True) as st:
@@ -251,7 +259,7 @@ def run(
         load_config(config)  # a bad config is refused before anything is loaded or a store is created
     corp, gs = load_inputs(corpus, golden)
     opts = _options(gs, hit_rule, threshold, gain)
-    with kept_only_with_runs(store), Store.open(store) as st:
+    with store_for_runs(store) as st:
         if resume is not None:
             st.get_run(resume)  # an unknown run is refused before the progress bar starts
         info = None
@@ -327,7 +335,7 @@ def score(
         with reading_ahead(traces[0], batch_size) as ahead:
             corp, gs = load_inputs(corpus, golden)
             opts = _options(gs, hit_rule, threshold, gain)
-            with kept_only_with_runs(store), Store.open(store) as st, st.memory_limited():
+            with store_for_runs(store) as st, st.memory_limited():
                 with _score_progress(traces[0], json_out) as tick:
                     run_id, info = score_dataset_into_store(st, traces[0], corp, gs, options=opts, name=name,
                                                             allow_pin_mismatch=allow_pin_mismatch,
@@ -337,7 +345,7 @@ def score(
         return
     corp, gs = load_inputs(corpus, golden)
     opts = _options(gs, hit_rule, threshold, gain)
-    with kept_only_with_runs(store), Store.open(store) as st, st.memory_limited():
+    with store_for_runs(store) as st, st.memory_limited():
         if one:
             with _score_progress(traces[0], json_out) as tick:
                 run_id, info = score_dataset_into_store(st, traces[0], corp, gs, options=opts, name=name,

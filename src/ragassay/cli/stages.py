@@ -203,16 +203,15 @@ def register_sweep(app: typer.Typer) -> None:
         the paired comparison against the baseline."""
         from ragassay.analysis.runner import load_inputs
         from ragassay.analysis.sweep import bundled_sweep, load_sweep, run_sweep
-        from ragassay.cli.run import kept_only_with_runs
+        from ragassay.cli.run import store_for_runs
         from ragassay.fsio import check_output_dir
-        from ragassay.store import Store
 
         # everything is checked before the workdir or the store is created: a refused sweep leaves neither
         checks.refuse(checks.resamples(n_resamples))
         spec = load_sweep(sweep_file or bundled_sweep())
         check_output_dir(workdir, "sweep")
         corp, gs = load_inputs(corpus, golden)
-        with kept_only_with_runs(store), Store.open(store) as st:
+        with store_for_runs(store) as st:
             res = run_sweep(st, spec, corp, gs, workdir, n_resamples=n_resamples,
                             progress=None if json_out else
                             lambda i, n, name: console.print(f"  [{i}/{n}] {esc(name)} stored", highlight=False))
