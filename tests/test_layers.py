@@ -4,10 +4,12 @@ Every module under ``src/ragassay`` is parsed with ``ast``; every import counts 
 module level, inside a function (a lazy import still couples the two modules), under ``TYPE_CHECKING`` —
 in both spellings (``import a.b``, ``from a import b``), relative ones resolved against the importing
 module's package. ``from pkg import name`` is an import of the submodule ``pkg.name`` when there is one,
-else of ``pkg`` itself. Names imported by string (the PEP 562 ``lazy_exports`` of an ``__init__``, the
-CLI's command table) are not imports to ``ast``; each stays inside its package, except that the root
-``ragassay/__init__.py`` names ``api`` so: it holds ``__version__`` and imports only ``_lazy``, so it counts as
-a base helper.
+else of ``pkg`` itself. Modules named by string count too: ``importlib.import_module("ragassay.x")`` (an
+f-string naming a module by its prefix, ``f"ragassay.cli.{name}"``, counts as an import of every module under
+that prefix) and ``"ragassay.x:attr"`` entry-point strings (the ``analyze`` kinds table). Not counted: the
+PEP 562 ``lazy_exports`` maps of the ``__init__`` files, which name submodules of their own package (a
+package re-exporting its own modules on first use is no coupling), and the root ``ragassay/__init__.py``,
+which names ``api`` so: it holds ``__version__`` and imports only ``_lazy``, so it counts as a base helper.
 
 A module's layer is its top-level package's (or, for a top-level module, its own name's). ``store`` is
 not in DESIGN.md's list: it imports only base helpers and ``judges`` keeps its call cache there, so it
@@ -17,6 +19,7 @@ sits beside ``stats`` and ``metrics``. ``__main__`` and ``pytest_plugin`` are en
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict, deque
 from pathlib import Path
 
@@ -48,13 +51,39 @@ def module_names(root: Path) -> dict[str, Path]:
     return out
 
 
+# "package.module:attribute", the entry-point spelling of a module named by string
+ENTRY_POINT = re.compile(r"^(\w+(?:\.\w+)+):\w+$")
+
+
+def _named_by_string(node: ast.AST, modules: dict[str, Path]) -> list[str] | None:
+    """The modules ``node`` names by string: the argument of an ``import_module`` call (a constant, or an
+    f-string's constant prefix: every module under it) or a ``"module:attr"`` constant; None for other nodes."""
+    if isinstance(node, ast.Call) and node.args and (
+            (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+            or (isinstance(node.func, ast.Name) and node.func.id == "import_module")):
+        arg = node.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            return [arg.value]
+        if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+            prefix = str(arg.values[0].value)
+            return sorted(m for m in modules if m.startswith(prefix) and m != prefix.rstrip("."))
+        return None
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        m = ENTRY_POINT.match(node.value)
+        return [m.group(1)] if m and m.group(1) in modules else None
+    return None
+
+
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, int]]:
     """(imported module of this package, line) for every import in the file, resolved to known modules."""
     top = name.split(".")[0]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
+        named = _named_by_string(node, modules)
+        if named is not None:
+            targets = named
+        elif isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -69,8 +98,10 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[st
         for target in targets:
             if target.split(".")[0] != top:
                 continue
-            while target not in modules:  # `import pkg.mod.attr` is an import of `pkg.mod`
+            while target and target not in modules:  # `import pkg.mod.attr` is an import of `pkg.mod`
                 target = target.rpartition(".")[0]
+            if not target:
+                continue
             if target != name:
                 found.append((target, node.lineno))
     return sorted(set(found))
@@ -226,3 +257,45 @@ def test_the_graph_holds_lazy_relative_and_type_only_imports(tmp_path):
                                            ("ragassay.judges.providers.base", 3), ("ragassay.api", 6)])
 def test_layer_of_reads_the_top_level_package(module, layer):
     assert layer_of(module) == layer
+
+
+def test_modules_named_by_string_are_imports_too(tmp_path):
+    """``import_module`` with a constant or an f-string prefix, and ``"module:attr"`` entry points, on a planted
+    package; a lazy_exports map, a logger name and other strings are not imports."""
+    pkg = tmp_path / "src" / "ragassay"
+    files = {
+        "__init__.py": "from ragassay._lazy import lazy_exports\n"
+                       "__getattr__, __dir__ = lazy_exports(__name__, {'run': 'api'})\n",
+        "_lazy.py": "",
+        "api.py": "",
+        "errors.py": "import importlib\nimportlib.import_module('ragassay.metrics.rank')\n",  # upward, by string
+        "metrics/__init__.py": "",
+        "metrics/rank.py": "import logging\nlog = logging.getLogger('ragassay.cli')\nPATH = 'ragassay.duckdb'\n",
+        "cli/__init__.py": "",
+        "cli/app.py": "from importlib import import_module\n\ndef load(name):\n"
+                      "    return import_module(f'ragassay.cli.{name}')\n",
+        "cli/analyze.py": "KINDS = {'hygiene': ('ragassay.cli.causal:hygiene', 'help')}\n",
+        "cli/causal.py": "from ragassay.cli.analyze import KINDS\n",
+    }
+    for name, text in files.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    modules, edges = import_graph(pkg)
+    assert sorted(edges) == [
+        ("ragassay", "ragassay._lazy", 1),
+        ("ragassay.cli.analyze", "ragassay.cli.causal", 1),
+        ("ragassay.cli.app", "ragassay.cli.analyze", 4),
+        ("ragassay.cli.app", "ragassay.cli.causal", 4),
+        ("ragassay.cli.causal", "ragassay.cli.analyze", 1),
+        ("ragassay.errors", "ragassay.metrics.rank", 2),
+    ]
+    assert upward_imports(modules, edges) == [
+        "src/ragassay/errors.py:2: ragassay.errors imports ragassay.metrics.rank, but layer 0 "
+        "(ragassay, errors, fsio, yamlio, _arrow_json, _gc, _lazy, _markdown, _progress) sits below layer 1 "
+        "(stats, metrics, store)",
+    ]
+    assert import_circles(modules, edges) == [
+        "import circle ragassay.cli.analyze -> ragassay.cli.causal -> ragassay.cli.analyze: "
+        "src/ragassay/cli/analyze.py:1 imports ragassay.cli.causal; src/ragassay/cli/causal.py:1 imports "
+        "ragassay.cli.analyze",
+    ]
