@@ -25,7 +25,6 @@ against ranx: per query and in the summary, to 1e-12. Where a value may differ, 
 
 from __future__ import annotations
 
-import json
 import math
 
 import ir_measures
@@ -33,6 +32,7 @@ import numpy as np
 import pytest
 import pytrec_eval
 from pydantic import ValidationError
+from tests.metrics.test_trec_semantics import cli_json
 
 from ragassay.cli.app import main
 from ragassay.errors import InputError
@@ -341,14 +341,6 @@ def test_num_counts_sum_like_trec_evals_all_line(tmp_path, capsys):
         main(["trec", str(q), str(r), "-m", "num_rel_ret"])
     assert e.value.code == 0
     assert f"{int(sum(v['num_rel_ret'] for v in ref.values()))} (sum)" in capsys.readouterr().out
-
-
-def cli_json(capsys, *args):
-    try:
-        main([*map(str, args), "--json"])
-    except SystemExit as e:
-        assert e.code in (0, None), capsys.readouterr().err
-    return json.loads(capsys.readouterr().out)
 
 
 ALL_SPELLINGS = list(TREC_EVAL) + list(IR_MEASURES) + RANX

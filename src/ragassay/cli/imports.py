@@ -115,6 +115,19 @@ def otel(
     _write(out, header, traces, problems, corp, gs, json_out, "line")
 
 
+def _import_rows(read, path: Path, out: Path, corpus: Path | None, golden: Path | None, name: str,
+                 threshold: float, json_out: bool) -> None:
+    """The rows of another tool (RAGAS, DeepEval) -> traces: ``read(path, corpus, golden, threshold=,
+    run_name=)`` matches each row to a golden query and places its contexts in the corpus; the threshold is
+    checked before anything is read."""
+    from ragassay.trace.adapters import check_threshold
+
+    check_threshold(threshold)
+    corp, gs = _inputs(corpus, golden)
+    header, traces, problems = read(path, corp, gs, threshold=threshold, run_name=name)
+    _write(out, header, traces, problems, corp, gs, json_out, "row")
+
+
 @import_app.command("ragas")
 def ragas(
     rows: Path = typer.Argument(..., help="RAGAS rows: .json (rows or columns) or .jsonl."),
@@ -125,12 +138,9 @@ def ragas(
 ) -> None:
     """RAGAS rows (user_input, retrieved_contexts, response; or question, contexts, answer) -> traces matched
     to golden queries by query_id or question, each context placed in the corpus."""
-    from ragassay.trace.adapters import check_threshold, traces_from_ragas_rows
+    from ragassay.trace.adapters import traces_from_ragas_rows
 
-    check_threshold(threshold)
-    corp, gs = _inputs(corpus, golden)
-    header, traces, problems = traces_from_ragas_rows(rows, corp, gs, threshold=threshold, run_name=name)
-    _write(out, header, traces, problems, corp, gs, json_out, "row")
+    _import_rows(traces_from_ragas_rows, rows, out, corpus, golden, name, threshold, json_out)
 
 
 @import_app.command("deepeval")
@@ -145,12 +155,8 @@ def deepeval(
     """DeepEval test cases (input, retrieval_context, actual_output) -> traces matched to golden queries, each
     retrieval context placed in the corpus."""
     from ragassay.importers.deepeval import traces_from_deepeval
-    from ragassay.trace.adapters import check_threshold
 
-    check_threshold(threshold)
-    corp, gs = _inputs(corpus, golden)
-    header, traces, problems = traces_from_deepeval(cases, corp, gs, threshold=threshold, run_name=name)
-    _write(out, header, traces, problems, corp, gs, json_out, "row")
+    _import_rows(traces_from_deepeval, cases, out, corpus, golden, name, threshold, json_out)
 
 
 @import_app.command("trec")
