@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, field_validator
 
 STRATA = ("lexical", "paraphrase", "multi_hop", "long_tail", "tabular", "negative", "temporal")
-SOURCES = ("human", "llm", "production")
+SOURCES = ("human", "llm", "production", "synthetic")
 MAX_GRADE = 3
 
 # Authoring files are typed by hand: `grade: "3"` or `answerable: "false"` is a mistake to report, not a value
@@ -68,7 +68,7 @@ class AuthoredQuery(_Strict):
     evidence: list[AuthoredEvidence] = Field(default_factory=list)
     reference_answer: str | None = None
     nuggets: list[Nugget] = Field(default_factory=list)
-    source: Literal["human", "llm", "production"] = "human"
+    source: Literal["human", "llm", "production", "synthetic"] = "human"
     created: dt.date | None = None
 
     _question = field_validator("question")(_not_blank)
