@@ -49,6 +49,82 @@ def corpus_check(
         raise typer.Exit(1)
 
 
+NO_GOLDEN = "no golden set given: span survival needs --golden"
+
+
+def _survival_table(res: dict) -> Table:
+    t = Table(title=f"span survival, parser {esc(res['parser'])}", show_edge=False)
+    for c in ("stratum", "spans", "exact", "exact or fuzzy", "lost"):
+        t.add_column(c, justify="left" if c == "stratum" else "right")
+    for r in res["by_stratum"]:
+        t.add_row(esc(r["group"]), str(r["n"]), _f(r["exact"]), _f(r["exact_or_fuzzy"]),
+                  f"{_f(r['lost'])} ({r['n_lost']})")
+    return t
+
+
+def _proxy_table(out: list[dict]) -> Table:
+    from ragassay.corpus.survival import GATES
+
+    t = Table(title=esc(f"parse-quality proxies: median [min, max] over {len(out[0]['proxies'])} document(s)"),
+              show_edge=False)
+    for c in ("proxy", "gate", *(res["parser"] for res in out)):
+        t.add_column(esc(c), justify="left" if c == "proxy" else "right")
+    for name in out[0]["proxy_distributions"]:
+        lo, hi = GATES.get(name, (None, None))
+        cells = []
+        for res in out:
+            d = res["proxy_distributions"][name]
+            flagged = sum(name in fl for fl in res["flags"].values())
+            cells.append((esc(f"{_f(d['p50'])} [{_f(d['min'])}, {_f(d['max'])}]") if d["n"] else "undefined")
+                         + (f", {d['n_undefined']} undefined" if d["n_undefined"] and d["n"] else "")
+                         + (f", [red]{flagged} flagged[/]" if flagged else ""))
+        t.add_row(name, f">= {lo:g}" if lo is not None else f"<= {hi:g}" if hi is not None else "-", *cells)
+    return t
+
+
+def _fidelity_table(res: dict) -> tuple[Table, list[str]]:
+    fid = res["fidelity"]
+    s = fid["summary"]
+    text, tables = s.get("text"), s.get("tables")
+    t = Table(title=f"parse fidelity, parser {esc(res['parser'])}", show_edge=False)
+    cols = ["doc"] + (["NED", "CER", "reading τ", "blocks found"] if text else []) + (
+        ["TEDS", "TEDS-S", "tables found"] if tables else [])
+    for c in cols:
+        t.add_column(c, justify="left" if c == "doc" else "right")
+
+    def n(x) -> str:
+        return "undefined" if x is None or x != x else str(int(x))
+
+    for doc, r in fid["docs"].items():
+        if (text and r["ned"] == r["ned"]) or (tables and r["n_tables"] == r["n_tables"]):
+            t.add_row(esc(doc), *([_f(r["ned"]), _f(r["cer"]), _f(r["tau"]), f"{n(r['n_found'])}/{n(r['n_blocks'])}"]
+                                  if text else []),
+                      *([_f(r["teds"]), _f(r["teds_struct"]),
+                         f"{n(r['n_tables'] - r['n_unmatched'])}/{n(r['n_tables'])}"] if tables else []))
+    t.add_row("mean", *([_f(text["ned"]["mean"]), _f(text["cer"]["mean"]), _f(text["tau"]["mean"]), ""]
+                        if text else []),
+              *([_f(tables["teds"]["mean"]), _f(tables["teds_struct"]["mean"]), ""] if tables else []))
+    notes = []
+    if text:
+        if text["n_docs_undefined"]:
+            notes.append(f"{text['n_docs_undefined']} of {s['n_docs']} documents have no reference text: "
+                         "NED, CER and τ undefined for them, left out of the means")
+        extra = text["tau"]["n_undefined"] - text["n_docs_undefined"]
+        if extra:
+            notes.append(f"τ undefined for {extra} document(s) with a reference text (fewer than two blocks "
+                         "found in the parse)")
+    if tables:
+        if tables["n_docs_undefined"]:
+            notes.append(f"{tables['n_docs_undefined']} of {s['n_docs']} documents have no reference tables: "
+                         "TEDS undefined for them, left out of the means")
+        if tables["n_unmatched"]:
+            notes.append(f"{tables['n_unmatched']} of {tables['n_tables']} reference table(s) not found in the "
+                         "parse (TEDS 0)")
+        if tables["n_extra"]:
+            notes.append(f"{tables['n_extra']} table(s) in the parse match no reference table")
+    return t, notes
+
+
 def register_parse(app: typer.Typer) -> None:
     @app.command("parse")
     def parse(
@@ -58,48 +134,86 @@ def register_parse(app: typer.Typer) -> None:
         parser: list[str] = typer.Option(["table-aware", "naive"], "--parser",
                                          help="Parser(s) to measure: table-aware, naive."),
         parsed: bool = typer.Option(False, "--parsed", help="SOURCE is another parser's output."),
-        golden: Path = typer.Option(None, "--golden", help="Golden set (built folder or authoring file)."),
-        corpus: Path = typer.Option(None, "--corpus", help="Corpus the golden set was built on (default: "
+        golden: Path = typer.Option(None, "--golden", help="Golden set (built folder or authoring file) for span "
+                                                           "survival; without SOURCE the bundled one is used."),
+        corpus: Path = typer.Option(None, "--corpus", help="Corpus the --golden set was built on (default: "
                                                            "SOURCE, or the bundled corpus)."),
         threshold: float = typer.Option(0.9, "--threshold", help="Fuzzy token-alignment similarity, in (0, 1]."),
+        reference_text: Path = typer.Option(None, "--reference-text",
+                                            help="Reference plain text per document (a folder of .txt files or a "
+                                                 ".jsonl of {doc_id, text}): NED, CER and reading-order τ."),
+        reference_tables: Path = typer.Option(None, "--reference-tables",
+                                              help="Reference HTML tables per document (a folder of .html files "
+                                                   "or a .jsonl of {doc_id, html}): TEDS."),
         json_out: bool = typer.Option(False, "--json"),
     ) -> None:
-        """Span survival per stratum and format (exact / fuzzy / lost) and parse-quality proxies per parser."""
-        from ragassay.analysis.runner import load_inputs
+        """Span survival per stratum and format (exact / fuzzy / lost), parse-quality proxies per parser, and
+        fidelity (NED, CER, reading-order τ, TEDS) against reference texts and tables."""
         from ragassay.corpus import bundled_corpus_dir
-        from ragassay.corpus.parse import PARSERS, load_parsed, parse_dir
-        from ragassay.corpus.survival import distribution, parse_proxies, proxy_flags, span_survival
-        from ragassay.errors import InputError
+        from ragassay.corpus.parse import PARSERS, load_parsed, parse_dir, read_references
+        from ragassay.corpus.survival import (
+            distribution,
+            parse_fidelity,
+            parse_proxies,
+            proxy_flags,
+            span_survival,
+        )
 
-        checks.refuse(checks.number("--threshold", threshold, 0, 1, low_open=True,
-                                    why="a token-alignment similarity, e.g. 0.9"))
-        src = source or bundled_corpus_dir()
-        _, gs = load_inputs(corpus or (None if parsed else src), golden)
         bad = [p for p in parser if p not in PARSERS]
-        if bad:
-            raise InputError(f"unknown parser(s) {bad}; use {', '.join(PARSERS)}")
+        checks.refuse(checks.number("--threshold", threshold, 0, 1, low_open=True,
+                                    why="a token-alignment similarity, e.g. 0.9"),
+                      f"unknown parser(s) {bad}; use {', '.join(PARSERS)}" if bad else None,
+                      "--corpus names the corpus a --golden set was built on; pass --golden as well, or drop "
+                      "--corpus" if corpus is not None and golden is None else None)
+        # the bundled golden set only fits the bundled corpus: on your own documents survival needs --golden
+        survive = golden is not None or source is None
+        src = source or bundled_corpus_dir()
         runs = [("given", load_parsed(src))] if parsed else [(p, parse_dir(src, p)) for p in parser]
+        doc_ids = {d.doc_id for _, docs in runs for d in docs}
+        refs: dict[str, dict[str, str] | None] = {"text": None, "tables": None}
+        problems: list[str] = []
+        for kind, path in (("text", reference_text), ("tables", reference_tables)):
+            if path is not None:
+                refs[kind], bad_refs = read_references(path, kind, doc_ids)
+                problems += bad_refs
+        checks.refuse(*problems)
+        gs = None
+        if survive:
+            from ragassay.analysis.runner import load_inputs
+
+            gs = load_inputs(corpus or (None if parsed else source), golden)[1]
         out = []
         for name, docs in runs:
-            surv = span_survival({d.doc_id: (d.text, d.fmt) for d in docs}, gs, threshold=threshold, parser=name)
+            entry: dict = {"parser": name}
+            if gs is not None:
+                entry |= span_survival({d.doc_id: (d.text, d.fmt) for d in docs}, gs, threshold=threshold,
+                                       parser=name).to_dict()
             prox = {d.doc_id: parse_proxies(d.text, d.n_bytes, d.n_pages, d.source_html) for d in docs}
-            flags = {k: proxy_flags(v) for k, v in prox.items() if proxy_flags(v)}
             names = next(iter(prox.values())).keys() if prox else []
-            out.append({**surv.to_dict(), "proxies": prox, "flags": flags,
-                        "proxy_distributions": {k: distribution([v[k] for v in prox.values()]) for k in names}})
+            entry |= {"proxies": prox, "flags": {k: proxy_flags(v) for k, v in prox.items() if proxy_flags(v)},
+                      "proxy_distributions": {k: distribution([v[k] for v in prox.values()]) for k in names},
+                      "fidelity": parse_fidelity({d.doc_id: d.text for d in docs}, refs["text"], refs["tables"])
+                      if refs["text"] is not None or refs["tables"] is not None else None}
+            out.append(entry)
+        skipped = None if survive else NO_GOLDEN
         if json_out:
-            print_json({"parsers": out})
+            print_json({"parsers": out, "span_survival_skipped": skipped})
             return
+        if skipped:
+            console.print(skipped)
         for res in out:
-            t = Table(title=f"span survival, parser {esc(res['parser'])}", show_edge=False)
-            for c in ("stratum", "spans", "exact", "exact or fuzzy", "lost"):
-                t.add_column(c, justify="left" if c == "stratum" else "right")
-            for r in res["by_stratum"]:
-                t.add_row(esc(r["group"]), str(r["n"]), _f(r["exact"]), _f(r["exact_or_fuzzy"]),
-                          f"{_f(r['lost'])} ({r['n_lost']})")
-            console.print(t)
+            if "by_stratum" in res:
+                console.print(_survival_table(res))
+        console.print(_proxy_table(out))
+        for res in out:
             for doc, fl in res["flags"].items():
-                console.print(f"  flagged {esc(doc)}: {esc(', '.join(fl))}")
+                console.print(f"  flagged {esc(doc)} ({esc(res['parser'])}): {esc(', '.join(fl))}")
+        for res in out:
+            if res["fidelity"] is not None:
+                t, notes = _fidelity_table(res)
+                console.print(t)
+                for line in notes:
+                    console.print(f"  {line}")
 
 
 def register_chunks(app: typer.Typer) -> None:

@@ -7,7 +7,8 @@
 * PDF (``.pdf`` under either parser): text extraction through pypdf, pages joined by a blank line.
 
 ``.txt`` and ``.md`` pass through unchanged under every parser. A user's own parser output is read with
-:func:`load_parsed` (a folder of ``.txt`` files or a JSONL file of ``{"doc_id", "text"}``).
+:func:`load_parsed` (a folder of ``.txt`` files or a JSONL file of ``{"doc_id", "text"}``), and reference texts
+and tables to measure a parse against with :func:`read_references`.
 """
 
 from __future__ import annotations
@@ -121,3 +122,78 @@ def load_parsed(path: str | Path) -> list[ParsedDoc]:
     if not docs:
         raise CorpusError(f"{p}: no documents")
     return docs
+
+
+REFERENCE_KINDS = {  # kind: (file suffixes in a folder, the JSONL field, what the content must be)
+    "text": ((".txt",), "text", "reference plain text"),
+    "tables": ((".html", ".htm"), "html", "reference HTML tables"),
+}
+_TABLE_TAG = re.compile(r"<table\b", re.I)
+
+
+def read_references(path: str | Path, kind: str, doc_ids) -> tuple[dict[str, str], list[str]]:
+    """References for :func:`~ragassay.corpus.survival.parse_fidelity`: {doc_id: content} and every problem
+    found, one line each naming ``file`` or ``file:line`` and a fix (nothing is dropped silently).
+
+    ``kind`` is ``text`` (a folder of ``.txt`` files, or JSONL of ``{"doc_id", "text"}``) or ``tables`` (a
+    folder of ``.html`` files, or JSONL of ``{"doc_id", "html"}``, each holding at least one ``<table>``).
+    In a folder, doc_id is the relative path without the suffix, as for the parse. Empty content, a repeated
+    doc_id, a doc_id not in ``doc_ids`` (the parse's documents), a bad JSON line and a tables reference
+    without a ``<table>`` are problems.
+    """
+    import difflib
+
+    suffixes, field, what = REFERENCE_KINDS[kind]
+    known = sorted(doc_ids)
+    ids = set(known)
+    p = Path(path)
+    shape = (f"a folder of {'/'.join(suffixes)} files or a .jsonl file of "
+             f'{{"doc_id": ..., "{field}": ...}} lines')
+    refs: dict[str, str] = {}
+    seen: dict[str, str] = {}
+    problems: list[str] = []
+
+    def add(doc_id: str, content: str, where: str) -> None:
+        if doc_id not in ids:
+            near = difflib.get_close_matches(doc_id, known, n=1)
+            hint = f"closest: {near[0]!r}" if near else f"ids look like {known[0]!r}" if known else "it is empty"
+            problems.append(f"{where}: doc_id {doc_id!r} is not a document of the parse ({hint}); a doc_id is "
+                            "the source file's relative path without its suffix")
+        elif not content.strip():
+            problems.append(f"{where}: empty {what} for doc {doc_id!r}; give it or leave the document out")
+        elif kind == "tables" and not _TABLE_TAG.search(content):
+            problems.append(f"{where}: no <table> element for doc {doc_id!r}; give the tables as HTML markup")
+        elif doc_id in seen:
+            problems.append(f"{where}: doc_id {doc_id!r} already given at {seen[doc_id]}; give each "
+                            "document once")
+        else:
+            refs[doc_id], seen[doc_id] = content, where
+
+    if p.is_dir():
+        files = [f for f in sorted(p.rglob("*")) if f.is_file() and f.suffix.lower() in suffixes]
+        for f in files:
+            rel = f.relative_to(p).as_posix()
+            add(rel[: -len(f.suffix)], decode_text(f.read_bytes(), str(f)), str(f))
+        if not files:
+            problems.append(f"{p}: no {'/'.join(suffixes)} files found; pass {shape}")
+        return refs, problems
+    if not p.is_file():
+        return refs, [f"{p}: no such file or folder; pass {shape}"]
+    lines = decode_text(p.read_bytes(), str(p)).split("\n")
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            problems.append(f"{p}:{lineno}: invalid JSON ({e.msg}); write one JSON object per line")
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("doc_id"), str) or not isinstance(rec.get(field), str):
+            problems.append(f"{p}:{lineno}: expected an object with string doc_id and {field}, e.g. "
+                            f'{{"doc_id": "{known[0] if known else "a"}", "{field}": "..."}}')
+            continue
+        add(rec["doc_id"], rec[field], f"{p}:{lineno}")
+    if not seen and not problems:
+        problems.append(f"{p}: empty file; pass {shape}")
+    return refs, problems
+

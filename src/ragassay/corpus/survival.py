@@ -232,7 +232,7 @@ class TableNode:
 class _TableBuilder(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
-        self.root: TableNode | None = None
+        self.roots: list[TableNode] = []
         self.stack: list[TableNode] = []
 
     def handle_starttag(self, tag, attrs):
@@ -245,8 +245,8 @@ class _TableBuilder(HTMLParser):
             node.tag = tag
         if self.stack:
             self.stack[-1].children.append(node)
-        elif tag == "table" and self.root is None:
-            self.root = node
+        elif tag == "table":
+            self.roots.append(node)
         else:
             return
         self.stack.append(node)
@@ -263,14 +263,64 @@ class _TableBuilder(HTMLParser):
             self.stack[-1].text += data
 
 
-def table_tree(markup: str) -> TableNode:
-    """The first ``<table>`` of ``markup`` as a tree of table/thead/tbody/tr/td nodes (th counts as td)."""
+def html_tables(markup: str) -> list[TableNode]:
+    """Every top-level ``<table>`` of ``markup``, in order, as trees of table/thead/tbody/tr/td nodes (th
+    counts as td; a table nested in a cell stays inside that cell)."""
     b = _TableBuilder()
     b.feed(markup)
     b.close()
-    if b.root is None:
+    return b.roots
+
+
+def table_tree(markup: str) -> TableNode:
+    """The first ``<table>`` of ``markup`` (see :func:`html_tables`)."""
+    tables = html_tables(markup)
+    if not tables:
         raise InputError("no <table> element found in the markup")
-    return b.root
+    return tables[0]
+
+
+_RULE_CELL = re.compile(r"\s*:?-+:?\s*")
+
+
+def pipe_tables(text: str) -> list[TableNode]:
+    """Tables written as text, one row per line with cells split at ``|``: the table-aware parser's output
+    (``a | b``) and Markdown tables (``| a | b |``, whose ``|---|`` rule rows are skipped).
+
+    A table is a run of lines holding a ``|``; blank lines inside the run are skipped (the table-aware parser
+    puts them between rows), any other line ends it. A one-column table has no ``|`` and is not found.
+    """
+    tables: list[TableNode] = []
+    rows: list[TableNode] = []
+    for line in text.split("\n"):
+        s = line.strip()
+        if "|" in s:
+            cells = s.removeprefix("|").removesuffix("|").split("|")
+            if not all(_RULE_CELL.fullmatch(c) for c in cells):
+                rows.append(TableNode("tr", children=[TableNode("td", text=c.strip()) for c in cells]))
+        elif s and rows:
+            tables.append(TableNode("table", children=rows))
+            rows = []
+    if rows:
+        tables.append(TableNode("table", children=rows))
+    return tables
+
+
+def rows_only(t: TableNode) -> TableNode:
+    """``t`` with its row groups (thead, tbody, tfoot) spliced out, their rows put in their place: text output
+    cannot carry row groups, so a parse compared with HTML would otherwise lose a node per group."""
+    kids: list[TableNode] = []
+    for c in t.children:
+        flat = rows_only(c)
+        kids.extend(flat.children if c.tag in ("thead", "tbody", "tfoot") else [flat])
+    return TableNode(t.tag, t.text, t.colspan, t.rowspan, kids)
+
+
+def parsed_tables(text: str) -> list[TableNode]:
+    """The tables of a parse: its HTML ``<table>`` elements if it has any, else its pipe tables
+    (:func:`pipe_tables`); row groups spliced out (:func:`rows_only`)."""
+    tables = html_tables(text) if "<table" in text.lower() else []
+    return [rows_only(t) for t in tables or pipe_tables(text)]
 
 
 def _size(t: TableNode) -> int:
@@ -300,6 +350,34 @@ def teds(a: str | TableNode, b: str | TableNode, *, structure_only: bool = False
     return 1.0 - d / max(_size(ta), _size(tb))
 
 
+def table_fidelity(parsed: str, reference_markup: str) -> dict:
+    """TEDS of every reference table of one document against the tables of its parse (:func:`parsed_tables`;
+    row groups spliced out of both sides).
+
+    Reference and parsed tables are paired one to one to maximize the summed TEDS (Hungarian assignment), so a
+    dropped or extra table does not shift the others. A reference table left without a partner scores 0 (the
+    parse lost it); parsed tables left over are counted as ``n_extra``. ``teds`` and ``teds_struct`` are
+    means over the reference tables; NaN when the reference has no table.
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    refs = [rows_only(t) for t in html_tables(reference_markup)]
+    got = parsed_tables(parsed)
+    sim = np.array([[teds(g, r) for g in got] for r in refs]).reshape(len(refs), len(got))
+    rows, cols = linear_sum_assignment(sim, maximize=True)
+    match = dict(zip(rows.tolist(), cols.tolist(), strict=True))
+    tables = []
+    for i, r in enumerate(refs):
+        j = match.get(i)
+        tables.append({"index": i, "parsed_index": j, "teds": float(sim[i, j]) if j is not None else 0.0,
+                       "teds_struct": teds(got[j], r, structure_only=True) if j is not None else 0.0})
+    nan = float("nan")
+    return {"teds": float(np.mean([t["teds"] for t in tables])) if tables else nan,
+            "teds_struct": float(np.mean([t["teds_struct"] for t in tables])) if tables else nan,
+            "n_tables": len(refs), "n_parsed_tables": len(got), "n_unmatched": len(refs) - len(match),
+            "n_extra": len(got) - len(match), "tables": tables}
+
+
 # ---------------------------------------------------------------- reading order (§4.2)
 
 def kendall_tau_b(x, y) -> float:
@@ -320,11 +398,71 @@ def kendall_tau_b(x, y) -> float:
     return float((sx * sy).sum() / denom) if denom > 0 else float("nan")
 
 
+def _folded(text: str) -> str:
+    return " ".join(canonicalize(text).split())
+
+
+def text_blocks(text: str) -> list[str]:
+    """The blocks (paragraphs) of a reference text: canonical text cut at blank lines, empty pieces dropped."""
+    return [b.strip() for b in re.split(r"\n[ \t]*\n", canonicalize(text)) if b.strip()]
+
+
 def reading_order_tau(parsed: str, reference_blocks: list[str]) -> dict:
-    """Kendall tau-b between the reference order of blocks (paragraphs) and where each is found in the parse
-    (canonical text, first exact occurrence). Blocks the parse lost are counted, not ranked."""
-    hay = canonicalize(parsed)
-    pos = [hay.find(canonicalize(b).strip()) for b in reference_blocks]
+    """Kendall tau-b between the reference order of blocks (paragraphs) and where each is first found in the
+    parse. Both sides are canonicalized with every whitespace run (line breaks included) folded to one space,
+    so a block whose lines were reflowed is still found. Blocks the parse lost are counted, not ranked; an
+    empty block is no block. NaN with fewer than two blocks found."""
+    hay = _folded(parsed)
+    blocks = [f for f in map(_folded, reference_blocks) if f]
+    pos = [hay.find(b) for b in blocks]
     found = [(i, p) for i, p in enumerate(pos) if p >= 0]
     tau = kendall_tau_b([i for i, _ in found], [p for _, p in found]) if found else float("nan")
-    return {"tau": tau, "n_blocks": len(reference_blocks), "n_found": len(found)}
+    return {"tau": tau, "n_blocks": len(blocks), "n_found": len(found)}
+
+
+def _mean(values: list[float]) -> dict:
+    v = np.asarray(values, dtype=float)
+    ok = v[~np.isnan(v)]
+    return {"mean": float(ok.mean()) if len(ok) else float("nan"), "n": int(len(ok)),
+            "n_undefined": int(len(v) - len(ok))}
+
+
+def parse_fidelity(parsed: dict[str, str], reference_text: dict[str, str] | None = None,
+                   reference_tables: dict[str, str] | None = None) -> dict:
+    """Fidelity of a parse {doc_id: text} against reference texts and reference HTML tables {doc_id: ...}.
+
+    Per document: NED, CER and edit distance (:func:`text_fidelity`) and reading-order tau
+    (:func:`reading_order_tau` over :func:`text_blocks` of the reference text); TEDS (:func:`table_fidelity`).
+    A document without a reference has every such figure undefined (NaN), never 0. The summary gives each
+    figure's mean over the documents where it is defined (TEDS: over all reference tables), with the number
+    of documents where it is undefined.
+    """
+    nan = float("nan")
+    text_keys = ("edit_distance", "cer", "ned", "tau", "n_blocks", "n_found")
+    table_keys = ("teds", "teds_struct", "n_tables", "n_parsed_tables", "n_unmatched", "n_extra", "tables")
+    docs: dict[str, dict] = {}
+    for doc_id, text in parsed.items():
+        row: dict = {}
+        if reference_text is not None:
+            ref = reference_text.get(doc_id)
+            row |= dict.fromkeys(text_keys, nan) if ref is None else {
+                **text_fidelity(text, ref), **reading_order_tau(text, text_blocks(ref))}
+        if reference_tables is not None:
+            ref = reference_tables.get(doc_id)
+            row |= {k: None if k == "tables" else nan for k in table_keys} if ref is None else \
+                table_fidelity(text, ref)
+        docs[doc_id] = row
+    summary: dict = {"n_docs": len(parsed)}
+    if reference_text is not None:
+        with_ref = [d for d in parsed if d in reference_text]
+        summary["text"] = {"n_docs_with_reference": len(with_ref), "n_docs_undefined": len(parsed) - len(with_ref),
+                           **{k: _mean([docs[d][k] for d in parsed]) for k in ("ned", "cer", "tau")}}
+    if reference_tables is not None:
+        with_ref = [d for d in parsed if d in reference_tables]
+        per_table = [t for d in with_ref for t in docs[d]["tables"]]
+        summary["tables"] = {
+            "n_docs_with_reference": len(with_ref), "n_docs_undefined": len(parsed) - len(with_ref),
+            "n_tables": len(per_table), "n_unmatched": sum(docs[d]["n_unmatched"] for d in with_ref),
+            "n_extra": sum(docs[d]["n_extra"] for d in with_ref),
+            **{k: _mean([t[k] for t in per_table]) for k in ("teds", "teds_struct")}}
+    return {"docs": docs, "summary": summary}

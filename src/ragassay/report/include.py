@@ -86,16 +86,33 @@ def _records(title: str, rows: list, columns: list[str] | None = None) -> dict:
 
 
 def _parse(d: Mapping) -> dict:
+    """``parse --json``: span survival per parser (when it ran: it needs a golden set) and the fidelity
+    summary per parser (when references were given)."""
     from ragassay.analysis.sweep import stages_report_section
 
-    surv = stages_report_section(survival=list(d["parsers"]))["survival"]
-    cols = ["group", "n", "exact", "exact_or_fuzzy", "lost", "n_lost"]
-    tables = [{"title": "Span survival per parser", "columns": ["parser", "spans lost"],
-               "rows": [[s["parser"], s["n_lost"]] for s in surv]}]
-    for s in surv:
-        tables.append(_records(f"{s['parser']}: survival by stratum", s["by_stratum"], cols))
-        tables.append(_records(f"{s['parser']}: survival by format", s["by_format"], cols))
-    return {"title": "Parser span survival", "tables": tables, "notes": []}
+    parsers = list(d["parsers"])
+    measured = [p for p in parsers if "by_stratum" in p]
+    tables, notes = [], []
+    if measured:
+        surv = stages_report_section(survival=measured)["survival"]
+        cols = ["group", "n", "exact", "exact_or_fuzzy", "lost", "n_lost"]
+        tables.append({"title": "Span survival per parser", "columns": ["parser", "spans lost"],
+                       "rows": [[s["parser"], s["n_lost"]] for s in surv]})
+        for s in surv:
+            tables.append(_records(f"{s['parser']}: survival by stratum", s["by_stratum"], cols))
+            tables.append(_records(f"{s['parser']}: survival by format", s["by_format"], cols))
+    if d.get("span_survival_skipped"):
+        notes.append(str(d["span_survival_skipped"]))
+    fidelity = [(str(p.get("parser", "")), (p.get("fidelity") or {}).get("summary")) for p in parsers]
+    fidelity = [(name, summary) for name, summary in fidelity if isinstance(summary, Mapping)]
+    if fidelity:
+        # one row per (parser, figure): {"text": {"ned": {"mean", "n", "n_undefined"}, ...}, "tables": {...}}
+        rows = [[name, f"{part}.{figure}", v.get("mean"), v.get("n"), v.get("n_undefined")]
+                for name, summary in fidelity for part, figures in summary.items() if isinstance(figures, Mapping)
+                for figure, v in figures.items() if isinstance(v, Mapping) and "mean" in v]
+        tables.append({"title": "Parse fidelity per parser (means over documents with a reference)",
+                       "columns": ["parser", "figure", "mean", "n", "undefined"], "rows": rows})
+    return {"title": "Parse measurement", "tables": tables, "notes": notes}
 
 
 def _chunks(d: Mapping) -> dict:
