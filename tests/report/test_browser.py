@@ -201,3 +201,56 @@ def test_20000_queries_load_sort_and_page_within_bounds(tmp_path):
                'document.body.setAttribute("data-count", document.getElementById("q-count").textContent);')
     assert r["data-page"] == f"rows 101–200 of {n:,}".replace(",", "") and r["data-first"] == "q-q000100"
     assert r["data-count"] == f"1 of {n} queries"
+
+
+# Opens every <details>, then records on <body>: tables wider than the box they sit in (a kv table, or any
+# table outside a scroll container, must fit), how far the page itself scrolls sideways, and for the corpus
+# digest cell of the pins table its computed overflow-wrap and how many lines its text takes.
+FIT_PROBE = """
+document.querySelectorAll("details").forEach(function (d) { d.open = true; });
+var wide = [];
+document.querySelectorAll("table.data").forEach(function (t) {
+  var box = t.parentElement, scrolls = box.classList.contains("scroll");
+  if ((t.classList.contains("kv") || !scrolls) && t.offsetWidth > box.clientWidth + 1) {
+    wide.push((t.closest("section") || {}).id + " " + t.offsetWidth + ">" + box.clientWidth);
+  }
+});
+document.body.setAttribute("data-wide", wide.join("; "));
+var root = document.documentElement;
+document.body.setAttribute("data-page-overflow", String(root.scrollWidth - root.clientWidth));
+var th = Array.prototype.find.call(document.querySelectorAll("#runs th[scope=row]"),
+                                   function (x) { return x.textContent === "corpus_digest"; });
+var cell = th.parentElement.cells[1], range = document.createRange();
+range.selectNodeContents(cell);
+var tops = {};
+Array.prototype.forEach.call(range.getClientRects(), function (r) { tops[Math.round(r.top)] = 1; });
+document.body.setAttribute("data-digest-wrap", getComputedStyle(cell).overflowWrap);
+document.body.setAttribute("data-digest-lines", String(Object.keys(tops).length));
+document.body.setAttribute("data-digest-text", cell.textContent);
+"""
+
+
+@pytest.mark.parametrize("width", [1280, 900])
+def test_tables_with_long_hashes_and_ids_fit_the_page(tmp_path, width):
+    data = make_data()
+    digest = "sha256:" + "8b808931c2c281f05b6fd345103a907f319d8d4043de1b1fc4a9aa7536a99259"
+    for i, run in enumerate(data["runs"]):
+        run["run_id"] = f"01M91CW8HYCCDC1B9J2EBCQRC{i}"
+        run["pins"].update(corpus_digest=digest, config_sha=f"{i}" * 64, git_sha="7f51a4545b94c4be97ec16b8" * 2,
+                           dataset_version="licenses-demo@250ce4c6c713")
+        run["config"]["cache_dir"] = f"/var/lib/ragassay/cache/{'x' * 90}/{i}"
+    data["manifest"]["corpus_digest"] = digest
+    data["comparisons"][0]["config_diff"].append({"key": "cache_dir", "a": data["runs"][0]["config"]["cache_dir"],
+                                                  "b": data["runs"][2]["config"]["cache_dir"]})
+    page = render_report(data, tmp_path / "report")
+    bare = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>\n?', "", page.read_text(encoding="utf-8"))
+    probe = tmp_path / "probe.html"
+    probe.write_text(bare.replace("</body>", f"<script>{FIT_PROBE}</script>\n</body>"), encoding="utf-8")
+    dom = _run([f"--window-size={width},1000", "--dump-dom", probe.as_uri()], tmp_path).stdout
+    body = dict(re.findall(r'(data-[a-z-]+)="([^"]*)"', re.search(r"<body((?:[^>\"]|\"[^\"]*\")*)>", dom).group(1)))
+    assert body["data-digest-text"] == digest
+    assert body["data-wide"] == ""
+    assert body["data-page-overflow"] == "0"
+    # three 71-character digests side by side cannot fit on one line each: the hash wraps inside its cell
+    assert body["data-digest-wrap"] == "anywhere"
+    assert int(body["data-digest-lines"]) >= 2

@@ -1,17 +1,24 @@
-"""The report's data path: traces read for display (problems counted by line), and the full per-query results
-written to queries.parquet beside the page, equal to the store's rows."""
+"""The report's data path: traces read for display (problems counted by line), the full per-query results
+written to queries.parquet beside the page, equal to the store's rows, and the comparison claims in the gate
+policy's order."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from ragassay.analysis.report_data import read_report_traces
+from ragassay.analysis.compare import compare_runs, coverage_claims
+from ragassay.analysis.gate import GatePolicy, MetricPolicy, run_gate
+from ragassay.analysis.report_data import build_report_data, read_report_traces
+from ragassay.analysis.runner import load_inputs
 from ragassay.cli.app import main
+from ragassay.report import render_report
 from ragassay.store import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -70,3 +77,32 @@ def test_report_writes_every_result_row_to_parquet(tmp_path, capsys):
                                           want["value"].to_numpy(zero_copy_only=False))
     page = (out / "index.html").read_text(encoding="utf-8")
     assert 'href="queries.parquet"' in page
+
+
+def test_report_claims_follow_the_gate_policy_then_the_pipeline_order(tmp_path):
+    inputs = build_inputs(tmp_path / "in", 60)
+    corpus, golden = load_inputs(inputs["corpus"], inputs["golden"])
+    policy = GatePolicy(n_resamples=200, metrics={"answer_f1": MetricPolicy(min_effect=0.03),
+                                                  "recall@fusion_depth": MetricPolicy(min_effect=0.03)})
+    with Store.open(inputs["store"], read_only=True) as st:
+        comp = compare_runs(st, "baseline", "candidate", n_resamples=200)
+        ids = [st.get_run(name).run_id for name in inputs["runs"]]
+        gated = build_report_data(st, ids, golden, corpus, comparisons=[comp], analyses=False,
+                                  gate=run_gate(st, "baseline", "candidate", policy))
+        default = build_report_data(st, ids, golden, corpus, comparisons=[comp], analyses=False)
+
+    def claims(metrics):
+        return [comp.claim(comp.overall(m)) for m in metrics] + coverage_claims(comp)
+
+    # compare itself writes them in the store's alphabetical metric order
+    assert comp.claims == claims(["abstention_recall", "answer_f1", "ndcg@final_k", "over_refusal",
+                                  "recall@context", "recall@final_k", "recall@fusion_depth"])
+    pipeline = ["recall@final_k", "ndcg@final_k", "recall@context", "abstention_recall", "over_refusal"]
+    want = claims(["answer_f1", "recall@fusion_depth", *pipeline])
+    assert gated["comparisons"][0]["claims"] == want
+    # without a gate the built-in policy (recall@fusion_depth, ndcg@final_k) leads
+    assert default["comparisons"][0]["claims"] == claims(
+        ["recall@fusion_depth", "ndcg@final_k", "recall@final_k", "recall@context", "answer_f1",
+         "abstention_recall", "over_refusal"])
+    page = render_report(gated, tmp_path / "rep").read_text(encoding="utf-8")
+    assert [html.unescape(s) for s in re.findall(r'<p class="claim">(.*?)</p>', page, flags=re.S)] == want

@@ -25,6 +25,7 @@ import pyarrow.json as pj
 from ragassay import __version__
 from ragassay._arrow_json import null_keys
 from ragassay.analysis.compare import coverage_lines
+from ragassay.analysis.gate import GatePolicy
 from ragassay.analysis.summary import STAGES, run_summary, stage_of
 from ragassay.fsio import atomic_write_bytes
 from ragassay.golden import EvidenceIndex, GoldenSet, HitRule
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 STAGE_METRICS = ("recall@bm25_depth", "recall@dense_depth", "recall@fusion_depth", "recall@final_k",
                  "ndcg@final_k", "rr@final_k", "recall@context", "context_tokens", "answer_f1", "answer_em",
                  "abstention_recall", "over_refusal", "refused", "error", "citation_validity")
+_STAGE_ORDER = {m: i for i, m in enumerate(STAGE_METRICS)}
 FOREST_METRIC = "recall@final_k"
 STRATUM_ROWS_METRICS = ("recall@fusion_depth", "recall@final_k", "ndcg@final_k", "answer_f1")
 MAX_RETRIEVED_SHOWN = 5
@@ -727,8 +729,7 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
     # stage table
     by_run = {r.run_id: {m["metric"]: m for m in summaries[r.run_id]["metrics"]} for r in recs}
     present = {m for r in recs for m in by_run[r.run_id]}
-    order = {m: i for i, m in enumerate(STAGE_METRICS)}
-    all_metrics = sorted(present, key=lambda m: (STAGES.index(stage_of(m)), order.get(m, len(order)), m))
+    all_metrics = sorted(present, key=_stage_key)
     rows = []
     for m in all_metrics:
         cells = [by_run[r.run_id].get(m) for r in recs]
@@ -747,11 +748,15 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
                                           for r in recs]} for s, n in strata.items()]}
     # comparisons, forest
     if comparisons:
+        # the gate's policy lists the metrics that decide; without a gate, the built-in policy's
+        policy_metrics = ([c.name for c in gate.checks if c.kind == "statistical"] if gate is not None
+                          else list(GatePolicy().metrics))
         # every metric overall, and per stratum only the headline metrics (the full table is `compare --json`)
         data["comparisons"] = [{"baseline": c.run_a.name, "candidate": c.run_b.name,
                                 "rows": [r.to_dict() for r in c.rows
                                          if r.stratum == "all" or r.metric in STRATUM_ROWS_METRICS],
-                                "claims": c.claims, "coverage": coverage_lines(c),
+                                "claims": claims_in_policy_order(c, policy_metrics),
+                                "coverage": coverage_lines(c),
                                 "pin_differences": [{"pin": k, "a": a, "b": b} for k, a, b in c.pin_differences],
                                 "excluded": [{"metric": m, "reason": why} for m, why in c.excluded],
                                 "config_diff": [{"key": k, "a": a, "b": b} for k, a, b in c.config_diff],
@@ -806,6 +811,29 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
     data["queries"], data["worst_regressions"] = _queries(store, recs, traces, golden, corpus, idx, comparisons,
                                                           data["query_columns"])
     return data
+
+
+def _stage_key(metric: str) -> tuple:
+    """Pipeline order, as the stage table shows the metrics: stage, then STAGE_METRICS, then the name."""
+    return STAGES.index(stage_of(metric)), _STAGE_ORDER.get(metric, len(_STAGE_ORDER)), metric
+
+
+def claims_in_policy_order(comp: Comparison, policy_metrics: list[str]) -> list[str]:
+    """``comp.claims`` reordered for the page: the claims on the policy's metrics first, in the order the
+    policy lists them, then the other metrics' claims in pipeline order (:func:`_stage_key`), then the
+    claims that are not about one metric (the coverage claims) as compare wrote them. compare writes its
+    metric claims in the store's alphabetical metric order. Every claim is kept, none is added."""
+    metric_of = {comp.claim(r): r.metric for r in comp.rows if r.stratum == "all" and r.defined}
+    rank = {m: i for i, m in enumerate(policy_metrics)}
+
+    def key(item: tuple[int, str]) -> tuple:
+        i, text = item
+        m = metric_of.get(text)
+        if m is None:
+            return 2, (i,)
+        return (0, (rank[m],)) if m in rank else (1, _stage_key(m))
+
+    return [text for _, text in sorted(enumerate(comp.claims), key=key)]
 
 
 def read_runs(store, recs, parquet: QueriesParquet | None = None) -> dict:

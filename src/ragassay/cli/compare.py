@@ -118,8 +118,8 @@ def compare(
     test: str = typer.Option(
         "bootstrap", "--test",
         help="Also run this paired test on every row, BH-adjusted across the table: wilcoxon (signed-rank), "
-             "permutation (sign-flip) or t. The bootstrap still decides the verdicts; the spec (§17) warns that "
-             "Wilcoxon has poor power on IR differences."),
+             "permutation (sign-flip) or t. The bootstrap still decides the verdicts: Wilcoxon has "
+             "poor power on IR differences (docs/stats.md)."),
     fmt: str = typer.Option("text", "--format", help="text (terminal tables) | markdown (a PR comment)."),
     from_parquet: Path = typer.Option(
         None, "--from-parquet", metavar="DIR",

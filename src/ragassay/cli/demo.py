@@ -229,7 +229,7 @@ def demo(
     console.print(f"[bold]ragassay demo[/]: {len(corpus)} license documents ({corpus.n_chars:,} characters), "
                   f"four configurations")
     print_manifest_summary(res.golden.manifest)
-    console.print("\n[bold]judge validation[/] (spec §11.1):")
+    console.print("\n[bold]judge validation[/] (docs/judge-validation.md):")
     for summary in res.judge_validation["kinds"].values():
         for line in _judge_block(summary):
             console.print(line)
@@ -247,7 +247,7 @@ def demo(
         row = next(r for r in ch["rows"] if r["stratum"] == "all")["change"]
         console.print(Text(f"{ch['run_b']['name']} vs {ch['run_a']['name']}: ΔA {_est(row['delta_A'])} = delivery "
                            f"{_est(row['delivery'])} + use {_est(row['use'])}"))
-    console.print("\n[bold]oracle ladder[/] (spec §8.4): ", end="")
+    console.print("\n[bold]oracle ladder[/] (docs/analyses.md#ladder): ", end="")
     console.print(res.ladder["diagnosis"], markup=False)
     if res.attribution:
         console.print(_attribution_table(res.attribution))
