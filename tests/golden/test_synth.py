@@ -239,3 +239,27 @@ def test_parse_targets_reads_each_stratum_once():
     assert parse_targets(["lexical=150", "negative=20"]) == {"lexical": 150, "negative": 20}
     with pytest.raises(InputError, match="multi_hop"):
         parse_targets(["multi_hop=3"])
+
+
+def test_a_comparison_on_a_synthetic_set_says_to_read_the_deltas(tmp_path, capsys):
+    from ragassay.analysis.demo import demo_config_dir
+
+    src = tmp_path / "s.jsonl"
+    assert run(capsys, "golden", "synth", "--out", src, "--per-stratum", "lexical=30")[0] == 0
+    assert run(capsys, "golden", "build", src, "--corpus", bundled_corpus_dir(), "--out", tmp_path / "g")[0] == 0
+    db = tmp_path / "r.duckdb"
+    for name in ("bm25", "hybrid"):
+        code, _, err = run(capsys, "run", demo_config_dir() / f"{name}.yaml", "--golden", tmp_path / "g",
+                           "--corpus", bundled_corpus_dir(), "--store", db, "--name", name, "--json")
+        assert code == 0, err
+    code, out, err = run(capsys, "compare", "bm25", "hybrid", "--store", db)
+    assert code == 0, err
+    assert "golden set: all 30 items synthetic — read the deltas, not the absolute means" in " ".join(out.split())
+    code, out, _ = run(capsys, "compare", "bm25", "hybrid", "--store", db, "--json")
+    assert json.loads(out)["coverage"]["golden_sources"] == {"a": {"synthetic": 30}, "b": {"synthetic": 30}}
+    # the report's comparison section carries the same line
+    code, _, err = run(capsys, "report", "bm25", "hybrid", "--store", db, "--golden", tmp_path / "g",
+                       "--corpus", bundled_corpus_dir(), "--out", tmp_path / "report")
+    assert code == 0, err
+    page = (tmp_path / "report" / "index.html").read_text(encoding="utf-8")
+    assert "golden set: all 30 items synthetic — read the deltas, not the absolute means" in page

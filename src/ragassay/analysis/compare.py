@@ -550,6 +550,8 @@ def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFA
                 "recorded": {"a": [m for m in RATE_METRICS if m in set(ma)],
                              "b": [m for m in RATE_METRICS if m in set(mb)]},
                 "missing_worst": worst,
+                "golden_sources": {"a": (ra.extra or {}).get("golden_sources"),
+                                   "b": (rb.extra or {}).get("golden_sources")},
                 "rates": _rate_rows(rows, rates, (a_ids, sa, va, cols_a), (b_ids, vb, cols_b),
                                     n_resamples=n_resamples, seed=seed, confidence=confidence)}
     diff = config_diff(ra.config, rb.config)
@@ -618,7 +620,24 @@ def coverage_lines(comp) -> list[str]:
                      + "; ".join(f"{r.metric} {r.lost} of {r.n_a_defined}" for r in lost))
     if cov.get("missing_worst"):
         lines.append("  missing-as-worst: " + ", ".join(cov["missing_worst"]))
+    synthetic = synthetic_note(cov.get("golden_sources") or {})
+    if synthetic:
+        lines.append(f"  {synthetic}")
     return lines
+
+
+def synthetic_note(sources: dict) -> str | None:
+    """The line a comparison carries when its golden set is synthetic (``ragassay golden synth``): on a purely
+    synthetic set the means are no absolute quality, only the deltas between the runs mean something; on a
+    partly synthetic one, the share. None when no run records a synthetic item (or records no sources)."""
+    mix = sources.get("b") or sources.get("a") or {}
+    n, k = sum(mix.values()), mix.get("synthetic", 0)
+    if not k:
+        return None
+    if k == n:
+        return (f"golden set: all {n} items synthetic — read the deltas, not the absolute means (a synthetic "
+                "set flatters lexical retrieval; see docs/labels.md)")
+    return f"golden set: {k} of {n} items synthetic ({k / n:.0%}); the absolute means lean on them"
 
 
 def lost_text(missing: str | None, lost: int, gained: int = 0, filled: int = 0) -> str:

@@ -44,7 +44,9 @@ def _record(name: str, golden: GoldenSet, corpus: Corpus, config: dict, config_s
         config_sha=config_sha, metric_version=METRIC_VERSION, judge_model=None, rubric_sha=None,
         gain=options.gain, relevance_threshold=options.relevance_threshold, hit_rule=options.pins()["hit_rule"],
         ties=options.ties, trials=trials, n_queries=len(golden), source=source, ragassay_version=__version__,
-        extra=extra or {},
+        # where the golden labels came from (human, llm, production, synthetic): compare and the report say
+        # when a figure rests on a purely synthetic set
+        extra={**(extra or {}), "golden_sources": dict(golden.manifest.get("source_mix") or {})},
     )
 
 
