@@ -6,6 +6,9 @@ recall (argsort of ``vectors @ q`` per query, set intersection), run on a subset
 ratio and a check that both give the same recall.
 
     python benchmarks/ann_curve.py [--n 100000] [--dim 64] [--queries 1000] [--k 10] [--threads 2]
+
+``--tiny`` runs 2,000 vectors, 50 queries and a 20-query loop: a smoke run for CI
+(tests/test_benchmarks_run.py), whose figures mean nothing.
 """
 
 from __future__ import annotations
@@ -38,7 +41,10 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2, help="OpenMP threads for the HNSW build")
     ap.add_argument("--loop-queries", type=int, default=100, help="queries the per-query loop runs on")
+    ap.add_argument("--tiny", action="store_true", help="2,000 vectors, 50 queries, a 20-query loop (CI)")
     args = ap.parse_args()
+    if args.tiny:
+        args.n, args.queries, args.loop_queries = 2_000, 50, 20
 
     t_all = time.perf_counter()
     t = time.perf_counter()

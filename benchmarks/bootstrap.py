@@ -6,6 +6,9 @@ per metric (paired=True, vectorized=True, method='percentile'); ragassay does al
 endpoint difference next to the Monte-Carlo standard error of an endpoint.
 
     python benchmarks/bootstrap.py [--n 10000] [--metrics 20] [--resamples 10000]
+
+``--tiny`` runs n = 500, 3 metrics, 500 resamples: a smoke run for CI
+(tests/test_benchmarks_run.py), whose figures mean nothing.
 """
 
 from __future__ import annotations
@@ -34,7 +37,10 @@ def main() -> None:
     ap.add_argument("--metrics", type=int, default=20)
     ap.add_argument("--resamples", type=int, default=10_000)
     ap.add_argument("--batch", type=int, default=500, help="scipy batch size (bounds its memory)")
+    ap.add_argument("--tiny", action="store_true", help="n = 500, 3 metrics, 500 resamples (CI)")
     args = ap.parse_args()
+    if args.tiny:
+        args.n, args.metrics, args.resamples = 500, 3, 500
     a, b = make_data(args.n, args.metrics)
 
     # Median of three runs: ours takes seconds, so one load spike from a shared machine would dominate it,

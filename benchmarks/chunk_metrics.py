@@ -8,7 +8,10 @@ embedding API), so its range algebra is re-implemented below in the same style, 
 than characters; both sides must agree to 1e-12 on every query.
 
 10,000 queries x 50 retrieved units x 1-4 evidence spans on a line of 5M positional tokens.
-Run: python benchmarks/chunk_metrics.py [--queries N] [--units K]
+Run: python benchmarks/chunk_metrics.py [--queries N] [--units K] [--repeat R]
+
+``--tiny`` runs 200 queries x 10 units, best of 1: a smoke run for CI
+(tests/test_benchmarks_run.py), whose figures mean nothing.
 """
 
 from __future__ import annotations
@@ -70,7 +73,10 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=10_000)
     ap.add_argument("--units", type=int, default=50)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--tiny", action="store_true", help="200 queries x 10 units, best of 1 (CI)")
     args = ap.parse_args()
+    if args.tiny:
+        args.queries, args.units, args.repeat = 200, 10, 1
     rng = np.random.default_rng(0)
     n, k, line = args.queries, args.units, 5_000_000
     n_ev = rng.integers(1, 5, size=n)

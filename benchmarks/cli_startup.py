@@ -11,6 +11,9 @@ Each figure is reported as wall time and as the child's CPU time (user + sys, fr
 busy shared machine disturbs less; both are the best of the repeats. The two tools' means are compared too, so
 a fast wrong answer cannot pass. Run:
 ``python benchmarks/cli_startup.py [--queries N] [--depth D] [--repeat R]``
+
+``--tiny`` runs 200 queries x 30 docs, best of 1: a smoke run for CI
+(tests/test_benchmarks_run.py), whose figures mean nothing.
 """
 
 from __future__ import annotations
@@ -80,7 +83,10 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=10_000)
     ap.add_argument("--depth", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=5, help="best of N, every timing a fresh process")
+    ap.add_argument("--tiny", action="store_true", help="200 queries x 30 docs, best of 1 (CI)")
     args = ap.parse_args()
+    if args.tiny:
+        args.queries, args.depth, args.repeat = 200, 30, 1
     cli = ragassay_cmd()
     print(f"whole process, best of {args.repeat} (wall | CPU user+sys); ragassay = {' '.join(cli)}; "
           f"load average {os.getloadavg()[0]:.2f}")

@@ -5,9 +5,13 @@ seconds (user + system; the machine may be shared, so both are printed, with the
 RSS. The output dataset's size is printed beside the JSONL's, and the two scored runs are compared: the
 same result rows and query status (written_at aside).
 
-Usage: python benchmarks/convert_scale.py TRACES.jsonl --golden G --corpus C [--out DIR] [--rows-per-file N]
+Usage: python benchmarks/convert_scale.py [TRACES.jsonl --golden G --corpus C] [--out DIR] [--rows-per-file N]
 (the trace file of benchmarks/score_scale.py --keep DIR fits: DIR/traces100000.jsonl, DIR/golden100000,
-DIR/corpus).
+DIR/corpus). Without TRACES.jsonl it builds those inputs first, ``--queries`` traces (default 100,000) over
+``--docs`` documents, in OUT/inputs.
+
+``--tiny`` builds 200 traces over 200 documents: a smoke run for CI (tests/test_benchmarks_run.py), whose
+figures mean nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+HERE = Path(__file__).resolve().parent
 RAGASSAY = str(Path(sys.executable).with_name("ragassay"))
 
 
@@ -56,13 +61,27 @@ def same_runs(a: Path, b: Path) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("traces", type=Path)
-    ap.add_argument("--golden", type=Path, required=True)
-    ap.add_argument("--corpus", type=Path, required=True)
+    ap.add_argument("traces", type=Path, nargs="?")
+    ap.add_argument("--golden", type=Path)
+    ap.add_argument("--corpus", type=Path)
     ap.add_argument("--out", type=Path, default=Path("/tmp/convert-bench"))
     ap.add_argument("--rows-per-file", type=int, default=None)
+    ap.add_argument("--queries", type=int, default=100_000, help="traces to build when TRACES is not given")
+    ap.add_argument("--docs", type=int, default=2_000, help="documents to build when TRACES is not given")
+    ap.add_argument("--tiny", action="store_true", help="build 200 traces over 200 documents (CI)")
     a = ap.parse_args()
+    given = [x is not None for x in (a.traces, a.golden, a.corpus)]
+    if any(given) and not all(given):
+        ap.error("give TRACES.jsonl with --golden and --corpus, or none of them (to build synthetic inputs)")
+    if a.tiny:
+        a.queries, a.docs = 200, 200
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.traces is None:
+        inputs = a.out / "inputs"
+        measured([sys.executable, str(HERE / "score_scale.py"), "--build-only", str(a.queries), "--docs",
+                  str(a.docs), "--keep", str(inputs)])
+        a.traces, a.golden, a.corpus = (inputs / f"traces{a.queries}.jsonl", inputs / f"golden{a.queries}",
+                                        inputs / "corpus")
     ds = a.out / "dataset"
     for p in (ds, a.out / "jsonl.duckdb", a.out / "parquet.duckdb"):
         shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)

@@ -3,13 +3,18 @@
 The corpus is synthetic (random words from the bundled licenses' vocabulary, wrapped at 72 columns),
 and each query quotes a 12-word window of a random document, typed on one line, so most quotes
 resolve by the whitespace-tolerant tier, as real quotes of wrapped text do.
+
+    python benchmarks/golden_build.py [N_QUERIES] [--corpus-mb 10] [--docs 500]
+
+``--tiny`` builds 200 queries over a 1 MB, 50-document corpus: a smoke run for CI
+(tests/test_benchmarks_run.py), whose figures mean nothing.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
-import sys
 import tempfile
 import textwrap
 import time
@@ -25,7 +30,11 @@ def main(n_queries: int = 10_000, corpus_mb: float = 10.0, n_docs: int = 500) ->
     rng = np.random.default_rng(0)
     vocab = sorted({w for p in Path(bundled_corpus_dir()).glob("*.txt") for w in p.read_text().split()})
     vocab = np.array(vocab or ["alpha", "beta", "gamma"])
-    tmp = Path(tempfile.mkdtemp(prefix="ragassay-bench-"))
+    with tempfile.TemporaryDirectory(prefix="ragassay-bench-") as tmp:
+        return _measure(Path(tmp), vocab, rng, n_queries, corpus_mb, n_docs)
+
+
+def _measure(tmp: Path, vocab, rng, n_queries: int, corpus_mb: float, n_docs: int) -> dict:
     root = tmp / "corpus"
     root.mkdir()
     per_doc = int(corpus_mb * 1e6 / n_docs)
@@ -60,5 +69,17 @@ def main(n_queries: int = 10_000, corpus_mb: float = 10.0, n_docs: int = 500) ->
     return out
 
 
+def cli() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("queries", nargs="?", type=int, default=10_000)
+    ap.add_argument("--corpus-mb", type=float, default=10.0)
+    ap.add_argument("--docs", type=int, default=500)
+    ap.add_argument("--tiny", action="store_true", help="200 queries, 1 MB in 50 documents (CI)")
+    args = ap.parse_args()
+    if args.tiny:
+        args.queries, args.corpus_mb, args.docs = 200, 1.0, 50
+    main(args.queries, args.corpus_mb, args.docs)
+
+
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:2]))
+    cli()

@@ -22,9 +22,12 @@ line says ``"labelled_by": "automated"``:
 Rows are shuffled before ids are assigned (nuggets: whole answers are, their nuggets stay in order), so an id
 says nothing about its label.
 
-Run: .venv/bin/python benchmarks/make_judge_examples.py  (rewrites the files; a test checks they are current)
+Run: .venv/bin/python benchmarks/make_judge_examples.py [--out DIR]  (rewrites the files; a test checks they
+are current). ``--out DIR`` writes them to DIR instead, leaving the bundled files alone (the CI run of every
+benchmark, tests/test_benchmarks_run.py, does so and compares them with the bundled ones).
 """
 
+import argparse
 import json
 import math
 import re
@@ -217,13 +220,16 @@ def render(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=OUT, help="folder to write <kind>.jsonl to (default: bundled)")
+    out = ap.parse_args().out
+    out.mkdir(parents=True, exist_ok=True)
     for kind, rows in examples().items():
-        (OUT / f"{kind}.jsonl").write_text(render(rows), encoding="utf-8")
+        (out / f"{kind}.jsonl").write_text(render(rows), encoding="utf-8")
         counts: dict[str, int] = {}
         for r in rows:
             counts[r["label"]] = counts.get(r["label"], 0) + 1
-        print(f"wrote {len(rows)} {kind} items to {OUT / f'{kind}.jsonl'}: {dict(sorted(counts.items()))}")
+        print(f"wrote {len(rows)} {kind} items to {out / f'{kind}.jsonl'}: {dict(sorted(counts.items()))}")
 
 
 if __name__ == "__main__":

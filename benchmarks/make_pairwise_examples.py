@@ -8,9 +8,12 @@ another document: off-topic) or a non-answer — in a slot drawn at random, labe
 labels follow from the construction, so every line says ``"labelled_by": "automated"``. Rows are shuffled
 before ids are assigned, so an id says nothing about its label.
 
-Run: .venv/bin/python benchmarks/make_pairwise_examples.py  (rewrites the file; a test checks it is current)
+Run: .venv/bin/python benchmarks/make_pairwise_examples.py [--out DIR]  (rewrites the file; a test checks it
+is current). ``--out DIR`` writes DIR/pairwise.jsonl instead, leaving the bundled file alone (the CI run of every
+benchmark, tests/test_benchmarks_run.py, does so and compares it with the bundled one).
 """
 
+import argparse
 import json
 from pathlib import Path
 
@@ -74,11 +77,14 @@ def render(rows: list[dict]) -> str:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=OUT.parent, help="folder to write pairwise.jsonl to (default: bundled)")
+    path = ap.parse_args().out / OUT.name
     rows = examples()
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(render(rows), encoding="utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(rows), encoding="utf-8")
     counts = {c: sum(r["label"] == c for r in rows) for c in CLASSES}
-    print(f"wrote {len(rows)} pairs to {OUT}: {counts}")
+    print(f"wrote {len(rows)} pairs to {path}: {counts}")
 
 
 if __name__ == "__main__":

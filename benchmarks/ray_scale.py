@@ -7,7 +7,10 @@ stage on 2 workers), the CPU seconds spent (this process, plus the Ray processes
 /proc every 0.2 s), the load average, and the per-task overhead: the round trip of an empty batch on a
 warm actor, through the same actor method a run uses (nothing to run, nothing to score).
 
-Usage: python benchmarks/ray_scale.py [--trials T] [--config NAME_OR_PATH ...]
+Usage: python benchmarks/ray_scale.py [--trials T] [--config NAME_OR_PATH ...] [--overhead-reps N]
+
+``--tiny`` runs one trial of ``bm25`` and 20 empty-batch round trips: a smoke run for CI
+(tests/test_benchmarks_run.py), whose figures mean nothing.
 
 A NAME is a bundled demo config (bm25, hybrid_rerank, ...); a path is any config file, e.g.
 ``benchmarks/configs/hybrid_minilm.yaml``, whose MiniLM embedding is the CPU-bound stage the target names.
@@ -88,49 +91,66 @@ def _self_cpu() -> float:
 def main() -> None:
     import ray
 
-    from ragassay.analysis.demo import demo_config_dir
-    from ragassay.analysis.runner import load_inputs, run_pipeline_into_store
-    from ragassay.executors import get_executor
-    from ragassay.store import Store
+    from ragassay.analysis.runner import load_inputs
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=4)
     ap.add_argument("--config", action="append", default=None)
+    ap.add_argument("--overhead-reps", type=int, default=200, help="empty-batch round trips timed")
+    ap.add_argument("--tiny", action="store_true", help="one trial of bm25, 20 round trips (CI)")
     args = ap.parse_args()
+    if args.tiny:
+        args.trials, args.config, args.overhead_reps = 1, ["bm25"], 20
     corpus, golden = load_inputs(None, None)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=300 * 1024 * 1024)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            _compare(ray, args, corpus, golden, Path(tmp))
+    finally:
+        ray.shutdown()
+
+
+def _compare(ray, args, corpus, golden, out: Path) -> None:
+    from ragassay.analysis.demo import demo_config_dir
+    from ragassay.analysis.runner import run_pipeline_into_store
+    from ragassay.executors import get_executor
+    from ragassay.store import Store
+
     ex = get_executor("ray")
-    out = Path(tempfile.mkdtemp())
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    for name in args.config or ["bm25", "hybrid_rerank"]:
-        cfg = Path(name) if name.endswith(".yaml") else demo_config_dir() / f"{name}.yaml"
-        name = cfg.stem
-        n = args.trials * len(golden)
-        timings, cpus, results = {}, {}, {}
-        for label, executor in (("local", None), ("ray", ex)):
-            with Store.open(out / f"{name}-{label}.duckdb") as st, CpuSampler() as sampler:
-                c0, t0 = _self_cpu(), time.perf_counter()
-                run_id, _ = run_pipeline_into_store(st, cfg, corpus, golden, trials=args.trials, executor=executor)
-                timings[label] = time.perf_counter() - t0
-                driver = _self_cpu() - c0
-                results[label] = st.results(run_id).drop_columns(["run_id", "latency_ms"]).to_pylist()
-            cpus[label] = (driver, sampler.seconds())
-        same = results["local"] == results["ray"]
-        print(f"{name}: {n} queries  local {n / timings['local']:.1f} q/s ({timings['local']:.1f} s wall, "
-              f"{cpus['local'][0]:.1f} s CPU)  ray(2) {n / timings['ray']:.1f} q/s ({timings['ray']:.1f} s wall, "
-              f"driver {cpus['ray'][0]:.1f} s + workers {cpus['ray'][1]:.1f} s CPU)  "
-              f"ratio {timings['local'] / timings['ray']:.2f}x  rows equal: {same}")
-    print(f"task overhead (empty batch round trip on a warm actor): {_overhead(ray, ex, golden) * 1000:.2f} ms")
+    try:
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        for name in args.config or ["bm25", "hybrid_rerank"]:
+            cfg = Path(name) if name.endswith(".yaml") else demo_config_dir() / f"{name}.yaml"
+            name = cfg.stem
+            n = args.trials * len(golden)
+            timings, cpus, results = {}, {}, {}
+            for label, executor in (("local", None), ("ray", ex)):
+                with Store.open(out / f"{name}-{label}.duckdb") as st, CpuSampler() as sampler:
+                    c0, t0 = _self_cpu(), time.perf_counter()
+                    run_id, _ = run_pipeline_into_store(st, cfg, corpus, golden, trials=args.trials,
+                                                        executor=executor)
+                    timings[label] = time.perf_counter() - t0
+                    driver = _self_cpu() - c0
+                    results[label] = st.results(run_id).drop_columns(["run_id", "latency_ms"]).to_pylist()
+                cpus[label] = (driver, sampler.seconds())
+            same = results["local"] == results["ray"]
+            print(f"{name}: {n} queries  local {n / timings['local']:.1f} q/s ({timings['local']:.1f} s wall, "
+                  f"{cpus['local'][0]:.1f} s CPU)  ray(2) {n / timings['ray']:.1f} q/s ({timings['ray']:.1f} s wall, "
+                  f"driver {cpus['ray'][0]:.1f} s + workers {cpus['ray'][1]:.1f} s CPU)  "
+                  f"ratio {timings['local'] / timings['ray']:.2f}x  rows equal: {same}")
+        overhead = _overhead(ray, ex, golden, args.overhead_reps)
+        print(f"task overhead (empty batch round trip on a warm actor, {args.overhead_reps} reps): "
+              f"{overhead * 1000:.2f} ms")
+    finally:
+        ex.close()
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    ray.shutdown()
 
 
-def _overhead(ray, ex, golden) -> float:
+def _overhead(ray, ex, golden, reps: int) -> float:
     workers = ex.pipeline_workers(_Empty(), golden)
     workers.header(None, "")
     args = ([], False, workers._shared, [ray.put(_no_score)])
     ray.get(workers.actors[0].run.remote(*args))
-    reps = 200
     t0 = time.perf_counter()
     for _ in range(reps):
         ray.get(workers.actors[0].run.remote(*args))

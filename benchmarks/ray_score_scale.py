@@ -10,7 +10,10 @@ The cluster is started by a helper process (``ray.init(num_cpus=2)``) and the dr
 --executor ray:ADDRESS``, its own process: its peak RSS and CPU seconds come from ``os.wait4`` (no Ray
 process is its child). The workers' peak RSS is each worker process's VmHWM read before the cluster stops.
 
-Usage: python benchmarks/ray_score_scale.py [--files 20] [--traces 50000] [--units 10] [--keep DIR]
+Usage: python benchmarks/ray_score_scale.py [--files 20] [--traces 50000] [--units 10] [--docs 2000] [--keep DIR]
+
+``--tiny`` scores 2 files x 200 traces of 5 units over 200 documents: a smoke run for CI
+(tests/test_benchmarks_run.py), whose figures mean nothing.
 """
 
 from __future__ import annotations
@@ -36,9 +39,9 @@ import score_scale  # noqa: E402
 from ragassay.trace.parquet import HEADER_KEY, TRACE_SCHEMA, trace_row  # noqa: E402
 
 
-def build(root: Path, files: int, traces: int, units: int) -> dict:
+def build(root: Path, files: int, traces: int, units: int, n_docs: int = score_scale.N_DOCS) -> dict:
     score_scale.UNITS = units
-    paths = score_scale.build(root, traces)
+    paths = score_scale.build(root, traces, n_docs=n_docs)
     ds = root / f"dataset{files}x{traces}"
     if ds.exists():
         return {**paths, "dataset": ds}
@@ -89,12 +92,16 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=20)
     ap.add_argument("--traces", type=int, default=50_000, help="queries, and traces per file")
     ap.add_argument("--units", type=int, default=10)
+    ap.add_argument("--docs", type=int, default=score_scale.N_DOCS, help="documents in the synthetic corpus")
     ap.add_argument("--keep", type=Path, default=None, help="build/reuse the inputs here")
+    ap.add_argument("--tiny", action="store_true", help="2 files x 200 traces, 5 units, 200 documents (CI)")
     args = ap.parse_args()
+    if args.tiny:
+        args.files, args.traces, args.units, args.docs = 2, 200, 5, 200
     root = args.keep or Path(tempfile.mkdtemp(prefix="ray-score-scale-"))
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    paths = build(root, args.files, args.traces, args.units)
+    paths = build(root, args.files, args.traces, args.units, args.docs)
     print(f"inputs: {args.files} files x {args.traces:,} traces, {args.units} fused units each "
           f"({sum(f.stat().st_size for f in paths['dataset'].glob('*.parquet')) / 1e6:.0f} MB Parquet), "
           f"built in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -116,7 +123,8 @@ def main() -> None:
         stop = threading.Event()
 
         def sample() -> None:
-            while not stop.wait(1.0):
+            # often enough to see the workers of a run that lasts a second or two
+            while not stop.wait(0.25):
                 peaks.update(_worker_peaks())
 
         watcher = threading.Thread(target=sample, daemon=True)
@@ -133,9 +141,12 @@ def main() -> None:
     info = json.loads(out)["import"]
     load = os.getloadavg()
     print(f"scored {info['n_traces']:,} traces ({info['schema_failures']} problems, {info['missing']} missing) "
-          f"on 2 Ray workers in {wall:.0f} s wall")
-    print(f"driver: peak RSS {rss:,.0f} MB, CPU {cpu:.0f} s (user + system)")
-    print(f"workers (the two largest): peak RSS {', '.join(f'{w:,.0f}' for w in sorted(workers))} MB")
+          f"on 2 Ray workers in {wall:.1f} s wall")
+    print(f"driver: peak RSS {rss:,.0f} MB, CPU {cpu:.1f} s (user + system)")
+    if workers:
+        print(f"workers (the two largest): peak RSS {', '.join(f'{w:,.0f}' for w in sorted(workers))} MB")
+    else:
+        print("workers: none seen alive by the sampler (peak RSS not measured)")
     print(f"load average after: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
     if args.keep is None:
         shutil.rmtree(root, ignore_errors=True)

@@ -15,6 +15,9 @@ Usage: python benchmarks/report_scale.py [N_QUERIES ...] [--resamples R] [--repe
 
 ``--repeat K`` runs the report K times on the same inputs (the machine is shared: one figure is noise); each
 row shows the 1-minute load average before and after its run. ``--keep DIR`` is created when missing.
+
+``--tiny`` reports 200 queries with 200 resamples, once: a smoke run for CI (tests/test_benchmarks_run.py),
+whose figures mean nothing.
 """
 
 from __future__ import annotations
@@ -171,13 +174,21 @@ def run_report(inputs: dict, out: Path, resamples: int) -> dict:
             "parquet_bytes": Path(summary["parquet"]).stat().st_size, "report": summary["report"]}
 
 
+def _has_chromium() -> bool:
+    probe_dir = str(HERE.parent / "tests" / "report")
+    if probe_dir not in sys.path:
+        sys.path.insert(0, probe_dir)
+    from browser_probe import chromium_path
+
+    return chromium_path() is not None
+
+
 def browser_timings(page: Path, tmp: Path) -> dict | None:
     """Load and sort times in headless Chromium, or None when it is not installed."""
-    sys.path.insert(0, str(HERE.parent / "tests" / "report"))
-    from browser_probe import chromium_path, time_page
-
-    if chromium_path() is None:
+    if not _has_chromium():
         return None
+    from browser_probe import time_page
+
     return time_page(page, tmp)
 
 
@@ -187,10 +198,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--resamples", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=1, help="report runs per size on the same inputs")
     ap.add_argument("--keep", type=Path, default=None, help="build inputs and reports here and keep them")
+    ap.add_argument("--tiny", action="store_true", help="200 queries, 200 resamples, one run (CI)")
     args = ap.parse_args(argv)
+    if args.tiny:
+        args.sizes, args.resamples, args.repeat = [200], 200, 1
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
     results = []
+    if not _has_chromium():
+        print("peer chromium not installed: no page load or sort times (the load ms and sort ms columns are nan)")
     for n in args.sizes:
         root = Path(tempfile.mkdtemp(prefix=f"ragassay-report-{n}-", dir=args.keep))
         t = time.perf_counter()

@@ -3,6 +3,8 @@
 10,000 queries x 100 retrieved docs; each query has 3-7 graded relevant docs and some judged non-relevant
 ones. Metrics: nDCG@10, recall@100, AP, RR, bpref, judged@10 (pytrec_eval: ndcg_cut_10, recall_100, map,
 recip_rank, bpref; it has no judged measure). Run: python benchmarks/retrieval_metrics.py [--queries N]
+[--depth D] [--repeat R] [--mem-repeat R]; ``--tiny`` runs 200 queries x 30 docs, best of 1: a smoke run for
+CI (tests/test_benchmarks_run.py), whose figures mean nothing.
 
 Inputs, the same for every tool. "files": TREC qrels and run files on disk; the timing covers parsing both,
 indexing the labels and scoring. "memory": the labels are indexed once beforehand by every tool (ragassay
@@ -58,7 +60,8 @@ def synthesize(n_queries: int, depth: int, seed: int = 0):
     rows_q, rows_d, rows_g = [], [], []
     for i in range(n_queries):
         # half the relevant docs are retrieved at random ranks, the rest are unretrieved ids
-        ranks = rng.choice(depth, size=n_rel[i] + n_non[i], replace=False)
+        # a shallow run (depth < 21) judges every retrieved doc; the default depth never reaches the cap
+        ranks = rng.choice(depth, size=min(n_rel[i] + n_non[i], depth), replace=False)
         retrieved = docs[i, ranks]
         take = rng.random(n_rel[i] + n_non[i]) < 0.6
         ids = np.where(take, retrieved, rng.integers(2_000_000, 3_000_000, size=len(ranks)))
@@ -112,7 +115,10 @@ def main() -> None:
     ap.add_argument(
         "--mem-repeat", type=int, default=10, help="best of N for the in-memory timings (every tool alike)"
     )
+    ap.add_argument("--tiny", action="store_true", help="200 queries x 30 docs, best of 1 (CI)")
     args = ap.parse_args()
+    if args.tiny:
+        args.queries, args.depth, args.repeat, args.mem_repeat = 200, 30, 1, 1
     import pytrec_eval
 
     (rq, rd, rs), (qq, qd, qg) = synthesize(args.queries, args.depth)

@@ -17,7 +17,10 @@ Each figure is printed as wall seconds, CPU seconds (user + system of that child
 ``os.wait4``) and the 1-minute load average after it: on a shared machine CPU time is the steadier of the two, and the ratios are given for both.
 ``--modes`` picks the measured commands (default all three; the targets need ``batched`` and ``bm25s``).
 
-Usage: python benchmarks/run_scale.py [N ...] [--repeat R] [--keep DIR] [--modes batched,bm25s]
+Usage: python benchmarks/run_scale.py [N ...] [--repeat R] [--docs D] [--keep DIR] [--modes batched,bm25s]
+
+``--tiny`` runs 200 queries over 200 documents, once per mode: a smoke run for CI
+(tests/test_benchmarks_run.py), whose figures mean nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from score_scale import _paths, _run  # noqa: E402  (a sibling script, not a package)
+from score_scale import N_DOCS, _paths, _run  # noqa: E402  (a sibling script, not a package)
 
 CONFIG = """name: bm25
 chunker: {kind: recursive, size: 128}
@@ -91,8 +94,12 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="build the inputs here and keep them")
     ap.add_argument("--modes", default="batched,per query,bm25s",
                     help="comma-separated subset of: batched, per query, bm25s")
+    ap.add_argument("--docs", type=int, default=N_DOCS, help="documents in the synthetic corpus")
+    ap.add_argument("--tiny", action="store_true", help="200 queries, 200 documents, one run per mode (CI)")
     ap.add_argument("--inputs-only", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.tiny:
+        args.sizes, args.docs, args.repeat = [200], 200, 1
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = set(modes) - {"batched", "per query", "bm25s"}
     if unknown:
@@ -109,7 +116,8 @@ def main() -> None:
     try:
         for n in args.sizes:
             if not (root / f"golden{n}").exists():  # built in a child: see score_scale.py
-                _run([sys.executable, str(HERE / "score_scale.py"), "--build-only", str(n), "--keep", str(root)])
+                _run([sys.executable, str(HERE / "score_scale.py"), "--build-only", str(n), "--docs", str(args.docs),
+                      "--keep", str(root)])
             paths = _paths(root, n)
             chunks, questions = root / f"chunks{n}.json", root / f"questions{n}.json"
             if not chunks.exists():

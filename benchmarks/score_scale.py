@@ -16,7 +16,10 @@ RSS from ``os.wait4``):
 Targets (issue 18): at 100,000 traces peak memory <= 1 GB and wall <= 3x the script; 100,000 traces cost
 <= 11x 10,000.
 
-Usage: python benchmarks/score_scale.py [N ...] [--repeat R] [--keep DIR]
+Usage: python benchmarks/score_scale.py [N ...] [--repeat R] [--docs D] [--keep DIR]
+
+``--tiny`` runs sizes 200 and 400 over 200 documents, once each: a smoke run for CI
+(tests/test_benchmarks_run.py), whose figures mean nothing.
 """
 
 from __future__ import annotations
@@ -84,7 +87,9 @@ def _doc_text(rng, i: int) -> str:
     return text[:DOC_CHARS]
 
 
-def build(root: Path, n: int, seed: int = 0) -> dict:
+def build(root: Path, n: int, seed: int = 0, n_docs: int | None = None) -> dict:
+    """Corpus of ``n_docs`` documents (default ``N_DOCS``), golden set and trace file of ``n`` queries under
+    ``root``. A corpus already in ``root/corpus`` is reused, with its own number of documents."""
     from ragassay.corpus import load_corpus
     from ragassay.golden.builder import build_golden
 
@@ -92,11 +97,12 @@ def build(root: Path, n: int, seed: int = 0) -> dict:
     corpus_dir = root / "corpus"
     if not corpus_dir.exists():
         corpus_dir.mkdir(parents=True)
-        for i in range(N_DOCS):
+        for i in range(n_docs or N_DOCS):
             (corpus_dir / f"doc{i:04d}.txt").write_text(_doc_text(rng, i), encoding="utf-8")
     corpus = load_corpus(corpus_dir)
-    texts = [corpus[f"doc{i:04d}"].text for i in range(N_DOCS)]
-    qdocs = rng.integers(0, N_DOCS, n)
+    n_docs = len(corpus)
+    texts = [corpus[f"doc{i:04d}"].text for i in range(n_docs)]
+    qdocs = rng.integers(0, n_docs, n)
     src = root / f"golden{n}.jsonl"
     with src.open("w", encoding="utf-8") as fh:
         fh.write(json.dumps({"type": "meta", "dataset": f"scale{n}"}) + "\n")
@@ -118,12 +124,12 @@ def build(root: Path, n: int, seed: int = 0) -> dict:
         fh.write(json.dumps({"type": "header", "run_name": f"scale{n}", "config": {"reranker": {"final_k": 10}}})
                  + "\n")
         for q in range(n):
-            docs = np.where(rng.random(UNITS) < 0.3, qdocs[q], rng.integers(0, N_DOCS, UNITS)).tolist()
+            docs = np.where(rng.random(UNITS) < 0.3, qdocs[q], rng.integers(0, n_docs, UNITS)).tolist()
             chunks = rng.integers(0, n_chunks, UNITS).tolist()
             seen, units = set(), []
             for d, c in zip(docs, chunks, strict=True):
                 while (d, c) in seen:
-                    d = (d + 1) % N_DOCS
+                    d = (d + 1) % n_docs
                 seen.add((d, c))
                 units.append({"unit_id": f"doc{d:04d}#{c}", "doc_id": f"doc{d:04d}", "start": c * CHUNK,
                               "end": min((c + 1) * CHUNK, len(texts[d])), "score": round(float(rng.random()), 4),
@@ -167,13 +173,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000])
     ap.add_argument("--repeat", type=int, default=3, help="runs per size; the table shows the fastest")
+    ap.add_argument("--docs", type=int, default=N_DOCS, help="documents in the synthetic corpus")
     ap.add_argument("--keep", type=Path, help="build the inputs here and keep them")
+    ap.add_argument("--tiny", action="store_true", help="sizes 200 and 400, 200 documents, one run each (CI)")
     ap.add_argument("--build-only", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.tiny:
+        args.sizes, args.docs, args.repeat = [200, 400], 200, 1
     root = args.keep or Path(tempfile.mkdtemp(prefix="ragassay-score-scale-"))
     root.mkdir(parents=True, exist_ok=True)
     if args.build_only:
-        build(root, args.build_only)
+        build(root, args.build_only, n_docs=args.docs)
         return
     script = root / "span_recall.py"
     script.write_text(SPAN_RECALL, encoding="utf-8")
@@ -183,7 +193,7 @@ def main() -> None:
         for n in args.sizes:
             # built in a child process: a fork of this process would carry its memory into the measured
             # children's peak RSS
-            _run([sys.executable, __file__, "--build-only", str(n), "--keep", str(root)])
+            _run([sys.executable, __file__, "--build-only", str(n), "--docs", str(args.docs), "--keep", str(root)])
             paths = _paths(root, n)
             mb = paths["traces"].stat().st_size / 1e6
             rows = []

@@ -10,6 +10,9 @@ queries and prints how many generator calls the subset cache saved there (withou
 permutation costs n + 1 calls). Usage::
 
     python benchmarks/shapley.py [--n 10] [--queries 171] [--permutations 200]
+
+``--tiny`` runs 4 items, 10 queries, 10 permutations: a smoke run for CI
+(tests/test_benchmarks_run.py), whose figures mean nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=10, help="context items per query (players)")
     ap.add_argument("--queries", type=int, default=171, help="how many bundled queries")
     ap.add_argument("--permutations", type=int, default=200, help="Monte Carlo permutations per query")
+    ap.add_argument("--tiny", action="store_true", help="4 items, 10 queries, 10 permutations (CI)")
     args = ap.parse_args()
+    if args.tiny:
+        args.n, args.queries, args.permutations = 4, 10, 10
     with tempfile.TemporaryDirectory() as tmp:
         corpus, golden = load_inputs(None, None, tmp)
     pipe = Pipeline.from_config(demo_config_dir() / "bm25.yaml", corpus)

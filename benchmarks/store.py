@@ -5,12 +5,15 @@ By default both readings of the target are measured: 1,000,000 rows in all (two 
 100 metrics) and 1,000,000 rows per run (two runs of 10,000 queries x 100 metrics).
 
 Usage: python benchmarks/store.py [n_queries_per_run] [n_metrics]
+
+``--tiny`` runs two runs of 200 queries x 10 metrics once: a smoke run for CI (tests/test_benchmarks_run.py),
+whose figures mean nothing.
 """
 
 from __future__ import annotations
 
+import argparse
 import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -41,10 +44,10 @@ def _rows(rng, n_queries: int, n_metrics: int, shift: float) -> dict:
 
 def main(n_queries: int = 5_000, n_metrics: int = 100, batch_queries: int = 500) -> dict:
     rng = np.random.default_rng(0)
-    tmp = Path(tempfile.mkdtemp(prefix="ragassay-store-bench-"))
     timings = {}
     t0 = time.perf_counter()
-    with Store.open(tmp / "bench.duckdb") as st:
+    with tempfile.TemporaryDirectory(prefix="ragassay-store-bench-") as tmp, \
+            Store.open(Path(tmp) / "bench.duckdb") as st:
         run_ids = []
         for name, shift in (("base", 0.0), ("cand", 0.02)):
             rid = st.create_run(RunRecord(name=name, dataset_version="bench@1", corpus_digest="sha256:bench",
@@ -69,9 +72,17 @@ def main(n_queries: int = 5_000, n_metrics: int = 100, batch_queries: int = 500)
     return {**timings, "rows": n_rows, "compare_rows": len(comp.rows), "peak_rss_mb": peak}
 
 
+def cli() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("queries", nargs="?", type=int, help="queries per run (default: 5,000, then 10,000)")
+    ap.add_argument("metrics", nargs="?", type=int, default=100)
+    ap.add_argument("--tiny", action="store_true", help="200 queries x 10 metrics (CI)")
+    args = ap.parse_args()
+    if args.tiny:
+        args.queries, args.metrics = 200, 10
+    for n in [args.queries] if args.queries else [5_000, 10_000]:
+        main(n, args.metrics)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        main(*(int(a) for a in sys.argv[1:3]))
-    else:
-        main(5_000, 100)
-        main(10_000, 100)
+    cli()

@@ -16,6 +16,9 @@ before schema version 2), each in its own child process, so the two layouts are 
 
     python benchmarks/store_write.py [--queries 10000] [--metrics 100] [--trials 1] [--batch-queries 200]
                                      [--threads 1] [--keyed]
+
+``--tiny`` writes 200 queries x 10 metrics in batches of 50 queries: a smoke run for CI
+(tests/test_benchmarks_run.py), whose figures mean nothing.
 """
 
 from __future__ import annotations
@@ -92,8 +95,11 @@ def main() -> None:
     ap.add_argument("--batch-queries", type=int, default=200)
     ap.add_argument("--threads", type=int, default=1, help="DuckDB threads while writing (0 = DuckDB's default)")
     ap.add_argument("--keyed", action="store_true", help="also measure a version-1 (keyed) store")
+    ap.add_argument("--tiny", action="store_true", help="200 queries x 10 metrics, batches of 50 (CI)")
     ap.add_argument("--layout", choices=("unkeyed", "keyed"), default="unkeyed", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.tiny:
+        args.queries, args.metrics, args.batch_queries = 200, 10, 50
     if args.keyed:
         base = [a for a in sys.argv[1:] if a != "--keyed"]
         for layout in ("unkeyed", "keyed"):
