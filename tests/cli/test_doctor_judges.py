@@ -42,9 +42,9 @@ def test_doctor_names_the_judge_its_record_and_whose_labels(tmp_path, capsys):
     (line,) = judge_lines(db, capsys)
     assert line["verdict"] == "WARN"
     assert line["detail"] == ("faithfulness on 2 run(s) (a, b) were scored by judge local:lexical, which has no "
-                              "validation record for these pins (§11.1)")
+                              "validation record for these pins (see docs/judge-validation.md)")
     assert line["fix"].startswith("ragassay judge validate --judge JUDGE.yaml --labels LABELS.jsonl (the gate's "
-                                  f"floor: {FLOOR}; the spec's target kappa is 0.7)")
+                                  f"floor: {FLOOR}; the target kappa for gating is 0.7)")
 
     local = tmp_path / "local.yaml"
     local.write_text("provider: local\nmodel: lexical\nmetrics: [faithfulness]\n")

@@ -1,15 +1,19 @@
-"""`ragassay doctor` finds each anti-pattern of spec §17 on a constructed bad project, and on the demo only
+"""`ragassay doctor` finds each anti-pattern it knows on a constructed bad project, and on the demo only
 what the demo really has."""
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
 from ragassay.cli.app import main as _main
 from ragassay.corpus import bundled_corpus_dir
 from ragassay.store import RunRecord, Store
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def cli(args, capsys):
@@ -74,10 +78,12 @@ def test_doctor_finds_every_anti_pattern_on_a_bad_project(tmp_path, capsys):
     found = by_area(out)
     assert code == 1 and json.loads(out)["verdict"] == "FAIL"
     assert found["labels"][0]["verdict"] == "FAIL" and "q1" in found["labels"][0]["detail"]
-    assert "§3.1" in found["labels"][0]["fix"]
+    assert "docs/corpus-and-golden.md" in found["labels"][0]["detail"]
+    assert "resolved to character spans by ragassay golden build" in found["labels"][0]["fix"]
     assert found["negative queries"][0]["verdict"] == "WARN" and "0 of 2" in found["negative queries"][0]["detail"]
     assert found["gate policy"][0]["verdict"] == "FAIL" and "nDCG@10.threshold" in found["gate policy"][0]["detail"]
-    assert "§14.2" in found["gate policy"][0]["fix"]
+    assert "docs/runs.md" in found["gate policy"][0]["detail"]
+    assert found["gate policy"][0]["fix"].startswith("gate on the paired change")
     trials = {c["detail"].split(":")[0]: c for c in found["trials"]}
     assert any("llm-once" in c["detail"] for c in found["trials"])  # the stored single-trial llm run
     assert any(str(config) in d for d in trials)  # the config never run with several trials
@@ -117,3 +123,11 @@ def test_doctor_on_the_demo_finds_only_its_unvalidated_judge(tmp_path_factory, c
     # the demo judges with the local lexical judge, whose kappa on the bundled calibration set is under the floor
     assert set(flagged) == {"judges"}, flagged
     assert code == 0
+    # every run's four judge metrics got a verdict on each answer it could judge; no self-preference (local judge)
+    assert project["judged fraction"][0]["detail"].startswith("16 stored judge metric(s)")
+    assert "self-preference" not in project
+    # the terminal lines cite the docs pages that ship, never a section of a spec that does not
+    code, text, _ = cli([a for a in args if a != "--json"], capsys)
+    assert code == 0 and "§" not in text
+    pages = set(re.findall(r"docs/([\w-]+\.md)", text))
+    assert "judge-validation.md" in pages and pages <= {p.name for p in DOCS.glob("*.md")}

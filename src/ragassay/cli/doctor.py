@@ -1,20 +1,23 @@
 """`ragassay doctor`: is this environment and this project set up to give numbers one can trust?
 
-Each check is a PASS / WARN / FAIL line with the spec section it rests on and the fix. Environment: Python and
-package versions, the optional extras, writable working folder, Chromium for the report's browser test. Project
-(what is given): the anti-patterns of spec §17 that can be seen in files —
+Each check is a PASS / WARN / FAIL line with the docs page that explains it and the fix. Environment: Python
+and package versions, the optional extras, writable working folder, Chromium for the report's browser test.
+Project (what is given): the anti-patterns that can be seen in files (the table in docs/importers.md) —
 
-- labels tied to chunk ids (§3.1): evidence keyed by ``chunk_id`` / ``unit_id`` / ``passage_id`` in a golden set
-  or its authoring file (FAIL: any re-chunking invalidates them);
-- no negative (unanswerable) queries (§3.4, §10.5; WARN);
-- a golden set too small for the minimum effect its gate policy declares (§13, ``stats.power``; WARN);
-- single-trial runs of a stochastic pipeline (an llm generator) in the store or among the configs (§10.8;
-  WARN);
+- labels tied to chunk ids: evidence keyed by ``chunk_id`` / ``unit_id`` / ``passage_id`` in a golden set or
+  its authoring file (FAIL: any re-chunking invalidates them);
+- no negative (unanswerable) queries (WARN);
+- a golden set too small for the minimum effect its gate policy declares, counting for each metric only the
+  queries it is defined on (``stats.power``; WARN);
+- single-trial runs of a stochastic pipeline (an llm generator) in the store or among the configs (WARN);
+- a reranker offered no more candidates than it keeps: ``fusion.depth <= reranker.final_k`` (WARN);
 - a gate policy on a raw threshold (``threshold:``, ``min_value:`` ...) instead of a paired interval and a
-  minimum effect (§14.2; FAIL);
-- an unvalidated judge behind stored judge metrics (§11.1; WARN);
-- a golden set built against another corpus, or older than corpus files that changed since (§4; FAIL / WARN);
-- metrics without a stated hit rule, in the golden manifest or a stored run (§4; FAIL).
+  minimum effect (FAIL);
+- an unvalidated judge behind stored judge metrics (WARN);
+- a judge metric whose judge gave a verdict on under :data:`JUDGED_FLOOR` of the answers it could judge (WARN);
+- a judge of the generator's model family (self-preference; WARN);
+- a golden set built against another corpus, or older than corpus files that changed since (FAIL / WARN);
+- metrics without a stated hit rule, in the golden manifest or a stored run (FAIL).
 
 Exit codes like ``gate``: 0 when nothing FAILs (PASS or WARN), 1 on a FAIL, 2 on bad input.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.metadata as md
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -35,6 +39,7 @@ from rich.text import Text
 
 from ragassay.cli.checks import number, refuse
 from ragassay.cli.common import EXIT_FAIL, console, print_json
+from ragassay.errors import InputError
 
 EXTRAS = {"dense": ["torch", "sentence-transformers"], "llm": ["anthropic", "openai"], "ray": ["ray"],
           "dev": ["pytest", "pytrec-eval-terrier", "ir-measures", "ranx", "opentelemetry-sdk"]}
@@ -103,32 +108,39 @@ def store_checks(path: Path) -> list[Check]:
     single = [r.name for r in runs if (r.trials or 1) == 1 and _stochastic(r.config)]
     if single:
         out.append(Check("trials", "WARN", f"{len(single)} run(s) of a stochastic pipeline (llm generator) with one "
-                         f"trial: {', '.join(single[:5])} (§10.8)",
-                         "rerun with --trials 3 or more so its own noise is measured apart from a change (§17)"))
+                         f"trial: {', '.join(single[:5])} (see docs/runs.md)",
+                         "rerun with --trials 3 or more so its own noise is measured apart from a change"))
     no_rule = [r.name for r in runs if not r.hit_rule]
     if no_rule:
         out.append(Check("hit rule", "FAIL", f"{len(no_rule)} stored run(s) without a hit rule: "
-                         f"{', '.join(no_rule[:5])} (§4)",
+                         f"{', '.join(no_rule[:5])} (see docs/corpus-and-golden.md)",
                          "re-score them with ragassay score --hit-rule any_overlap|min_fraction:F|doc"))
     out += judge_checks(path, runs)
+    out += judged_fraction_checks(runs)
+    out += self_preference_checks(runs)
     return out
 
 
-def _stochastic(config) -> bool:
-    """A pipeline whose answers vary run to run: an llm generator (the extractive one is deterministic)."""
+def _llm_generator(config) -> dict | None:
+    """The llm generator section of a stored or loaded pipeline config (a dict or its JSON), None otherwise."""
     if isinstance(config, str):
         import json
 
         try:
             config = json.loads(config)
         except ValueError:
-            return False
+            return None
     gen = config.get("generator") if isinstance(config, dict) else None
-    return isinstance(gen, dict) and gen.get("kind") == "llm"
+    return gen if isinstance(gen, dict) and gen.get("kind") == "llm" else None
+
+
+def _stochastic(config) -> bool:
+    """A pipeline whose answers vary run to run: an llm generator (the extractive one is deterministic)."""
+    return _llm_generator(config) is not None
 
 
 def judge_checks(path: Path, runs) -> list[Check]:
-    """Stored judge metrics whose judge does not meet the gate's floor (§11.1): one line per judge, saying
+    """Stored judge metrics whose judge does not meet the gate's floor: one line per judge, saying
     whether it was never validated or was validated and fell short, on which labels, and what that means."""
     from ragassay.judges.config import judge_settings
     from ragassay.judges.validate import METRIC_KIND, METRIC_SCALE, Floor, matching_validation
@@ -177,11 +189,12 @@ def _judge_warning(model: str, j: dict, floor) -> Check:
     runs = j["runs"]
     scored = (f"{', '.join(sorted(j['metrics']))} on {len(runs)} run(s) ({', '.join(runs[:4])}"
               f"{', ...' if len(runs) > 4 else ''}) were scored by judge {model}")
-    bar = f"the gate's floor: {_floor_text(floor)}; the spec's target kappa is 0.7"
+    bar = f"the gate's floor: {_floor_text(floor)}; the target kappa for gating is 0.7"
     consequence = "until then these metrics can neither PASS nor FAIL a gate (WARN [unvalidated])"
     rec = j["record"]
     if rec is None:
-        return Check("judges", "WARN", f"{scored}, which has no validation record for these pins (§11.1)",
+        return Check("judges", "WARN", f"{scored}, which has no validation record for these pins (see "
+                     "docs/judge-validation.md)",
                      f"ragassay judge validate --judge JUDGE.yaml --labels LABELS.jsonl ({bar}); {consequence}")
     _, why = floor.check(rec)
     labels = ("the bundled calibration set, labelled by two blind automated annotators, not people"
@@ -189,7 +202,7 @@ def _judge_warning(model: str, j: dict, floor) -> Check:
     return Check("judges", "WARN",
                  f"{scored}, which was validated and falls below the floor: {why.split(' (')[0]} on "
                  f"n = {rec.get('n')} of the {rec.get('n_items')} items of {labels} "
-                 f"(validation {rec.get('validation_id')}) (§11.1)",
+                 f"(validation {rec.get('validation_id')}) (see docs/judge-validation.md)",
                  f"score them with a judge (a stronger model, or a cascade) that meets the floor on labels from "
                  f"your own domain ({bar}); {consequence}")
 
@@ -214,7 +227,6 @@ def _raw_queries(path: Path) -> list[dict]:
     the same way, never diagnosed as an empty set."""
     import json
 
-    from ragassay.errors import InputError
     from ragassay.yamlio import load_yaml, read_utf8
 
     src = path / "golden.jsonl" if path.is_dir() else path
@@ -246,20 +258,43 @@ def label_checks(path: Path) -> tuple[list[Check], int]:
     out = []
     if tied:
         out.append(Check("labels", "FAIL", f"{len(tied)} of {len(queries)} queries label chunk ids, not text: "
-                         f"{', '.join(tied[:5])} (§17: labels stored as chunk IDs)",
-                         "label evidence as {doc_id, quote} resolved to character spans (§3.1); "
-                         "ragassay golden build"))
+                         f"{', '.join(tied[:5])} (see docs/corpus-and-golden.md)",
+                         "label evidence as {doc_id, quote}, resolved to character spans by ragassay golden build, "
+                         "so the labels hold for any chunking"))
     else:
         out.append(Check("labels", "PASS", f"{len(queries)} queries labelled by text spans, not chunk ids"))
     neg = sum(q.get("answerable") is False for q in queries)
     out.append(Check("negative queries", "PASS" if neg else "WARN", f"{neg} of {len(queries)} unanswerable",
                      "" if neg else "add unanswerable questions, or abstention and over-refusal go unmeasured "
-                     "(§3.4, §10.5)"))
+                     "(see docs/corpus-and-golden.md)"))
     return out, len(queries)
 
 
-def policy_checks(path: Path, n_queries: int | None, sigma_d: float) -> list[Check]:
-    """A gate on raw thresholds (§14.2) and a golden set too small for the declared minimum effects (§13)."""
+# Metric families defined on answerable queries only: the ranking metrics that are NaN when a query has no
+# relevant evidence (metrics/retrieval.py: "undefined ... when R = 0"), the answer metrics scored against a
+# reference answer or only where the question has one (analysis/scoring.py: answer_f1, answer_em,
+# over_refusal) and the judge metrics that need a reference or nuggets (correctness, the nugget scores).
+# abstention_recall is the converse: defined on unanswerable queries only.
+ANSWERABLE_ONLY = frozenset({"recall", "success", "rr", "ap", "ndcg", "rprec", "bpref", "set_recall", "set_f", "f1",
+                             "iprec", "11pt_avg", "infap", "gm_map", "err", "answer_f1", "answer_em",
+                             "over_refusal", "correctness", "nugget_v_strict", "nugget_v", "nugget_a_strict",
+                             "nugget_a"})
+UNANSWERABLE_ONLY = frozenset({"abstention_recall"})
+
+
+def defined_on(metric: str) -> str:
+    """Which golden queries ``metric`` (a canonical name, ``ndcg@10``) can be defined on: ``answerable``,
+    ``unanswerable`` or ``all``, from its family (the name before any ``@cutoff`` or ``(parameters)``)."""
+    family = re.split(r"[@(]", metric, maxsplit=1)[0].lower()
+    return "answerable" if family in ANSWERABLE_ONLY else "unanswerable" if family in UNANSWERABLE_ONLY else "all"
+
+
+def policy_checks(path: Path, queries: list[dict] | None, sigma_d: float) -> list[Check]:
+    """A gate on raw thresholds, and a golden set too small for the declared minimum effects.
+
+    The sample size of a metric is the number of queries it can be defined on (:func:`defined_on`): a metric
+    undefined on negatives (recall, ndcg, answer_f1 ...) compares only the answerable queries, so a set of
+    60 with 20 negatives gives recall the MDE of n = 40, (z_0.975 + z_0.8) sigma_d / sqrt(40)."""
     from ragassay.analysis.gate import load_policy
     from ragassay.stats import mde_paired, n_for_mde
     from ragassay.yamlio import load_yaml_node
@@ -275,30 +310,50 @@ def policy_checks(path: Path, n_queries: int | None, sigma_d: float) -> list[Che
                 raw.append(f"{m}: {entry}")
     if raw:
         return [Check("gate policy", "FAIL", f"{path}: gates on raw thresholds ({', '.join(raw[:4])}) with no "
-                      "interval (§17: gating on a single noisy run)",
+                      "interval: a single noisy run decides (see docs/runs.md)",
                       "gate on the paired change: metrics: {METRIC: {min_effect: 0.03}} fails only a credible "
-                      "regression at least that large (§14.2)")]
+                      "regression at least that large")]
     pol = load_policy(path)
     out = [Check("gate policy", "PASS", f"{path}: paired intervals with minimum effects on "
                  f"{', '.join(pol.metrics)}")]
-    if n_queries:
-        small = [(m, p.min_effect) for m, p in pol.metrics.items()
-                 if mde_paired(n_queries, sigma_d) > p.min_effect]
-        if small:
-            m, eff = min(small, key=lambda x: x[1])
-            out.append(Check("sample size", "WARN", f"{n_queries} queries detect a change of "
-                             f"{mde_paired(n_queries, sigma_d):.3f} at 80% power (sigma_d {sigma_d:g}); the policy "
-                             f"asks for {eff:g} on {m} (§13)",
-                             f"{n_for_mde(eff, sigma_d)} queries for that effect, or a larger min_effect; measure "
-                             "sigma_d with ragassay compare (its σ_d column) and pass --sigma-d"))
-        else:
-            out.append(Check("sample size", "PASS", f"{n_queries} queries detect every policy minimum effect at "
-                             f"80% power (sigma_d {sigma_d:g})"))
+    if not queries:
+        return out
+    neg = sum(q.get("answerable") is False for q in queries)
+    n_of = {"all": len(queries), "answerable": len(queries) - neg, "unanswerable": neg}
+    # (metric, queries it is defined on, which ones, min_effect); a metric defined on no query has no MDE
+    sizes = [(m, n_of[defined_on(m)], defined_on(m), p.min_effect) for m, p in pol.metrics.items()]
+    none = [f"{m} (no {which} query)" for m, n, which, _ in sizes if n == 0]
+    if none:
+        out.append(Check("sample size", "WARN", f"{', '.join(none)}: undefined on every query of the golden set, "
+                         "so the gate can never judge it (see docs/stats.md)",
+                         "add queries the metric is defined on, or drop it from the policy"))
+    small = [(m, n, which, eff) for m, n, which, eff in sizes if n and mde_paired(n, sigma_d) > eff]
+    if small:
+        # the metric furthest from its minimum effect
+        m, n, which, eff = max(small, key=lambda x: mde_paired(x[1], sigma_d) / x[3])
+        which = "all" if n == len(queries) else which  # a set without negatives: every query counts
+        counted = (f"{n} queries" if which == "all" else
+                   f"{n} {which} queries (of {len(queries)}; {m} is undefined on the others)")
+        more = f"; {len(small) - 1} more metric(s) fall short too" if len(small) > 1 else ""
+        out.append(Check("sample size", "WARN", f"{counted} detect a change of {mde_paired(n, sigma_d):.3f} at 80% "
+                         f"power (sigma_d {sigma_d:g}); the policy asks for {eff:g} on {m}{more} (see "
+                         "docs/stats.md)",
+                         f"{n_for_mde(eff, sigma_d)} {'' if which == 'all' else which + ' '}queries for that "
+                         "effect, or a larger min_effect; measure sigma_d with ragassay compare (its σ_d column) "
+                         "and pass --sigma-d"))
+    elif not none:
+        least = min(n for _, n, _, _ in sizes)
+        counted = (f"{least} queries" if least == len(queries) else
+                   f"each metric's queries (at least {least} of {len(queries)}: the answerable or unanswerable "
+                   "ones for a metric defined only there)")
+        out.append(Check("sample size", "PASS", f"{counted} detect every policy minimum effect at 80% power "
+                         f"(sigma_d {sigma_d:g})"))
     return out
 
 
 def config_checks(configs: list[Path], store: Path) -> list[Check]:
-    """Stochastic configs (llm generator) never run with several trials in the store (§10.8)."""
+    """Stochastic configs (llm generator) never run with several trials in the store, and a reranker offered
+    no more candidates than it keeps."""
     from ragassay.pipeline.config import load_config
     from ragassay.store import Store
     from ragassay.trace.schema import config_sha
@@ -317,8 +372,121 @@ def config_checks(configs: list[Path], store: Path) -> list[Check]:
             out.append(Check("config", "PASS", f"{path}: stochastic, run with several trials"))
         else:
             out.append(Check("trials", "WARN", f"{path}: an llm generator is stochastic, and no stored run of it "
-                             "has more than one trial (§10.8)",
+                             "has more than one trial (see docs/runs.md)",
                              "ragassay run CONFIG --trials 3 (or more); compare then resamples whole queries"))
+        r, depth = cfg.reranker, cfg.fusion.depth
+        if r.kind != "none" and not cfg.oracle and depth <= r.final_k:
+            out.append(Check("reranker", "WARN", f"{path}: fusion.depth {depth} <= reranker.final_k {r.final_k}: "
+                             f"the {r.kind} reranker is offered no more candidates than it keeps, so it only "
+                             "reorders the fused list and can bring nothing up from below it (see "
+                             "docs/pipeline.md)",
+                             "raise fusion.depth well above final_k (the bundled hybrid_rerank config reranks 50 "
+                             "to keep 5), or set reranker.kind: none"))
+    return out
+
+
+def model_family(model: str | None) -> str | None:
+    """The model family of a judge or generator model name: the leading letters of the name after any
+    provider or organisation prefix, lower-cased (``openai:gpt-4o`` -> gpt, ``claude-sonnet-4`` -> claude,
+    ``meta-llama/Llama-3.1-8B`` -> llama), with the vendors' other spellings folded in (``o3-mini`` -> gpt,
+    ``Meta-Llama-3`` -> llama, ``mixtral`` -> mistral). None for a local judge or an unnamed model."""
+    if not model or model.startswith("local:"):
+        return None
+    head = re.match(r"[a-z]+", re.split(r"[:/]", model.lower())[-1])
+    return None if head is None else FAMILY_ALIASES.get(head[0], head[0])
+
+
+FAMILY_ALIASES = {"o": "gpt", "chatgpt": "gpt", "meta": "llama", "codellama": "llama", "mixtral": "mistral",
+                  "ministral": "mistral", "codestral": "mistral"}
+
+
+def _self_preference(where: str, judge: str, generator: str) -> Check | None:
+    """The WARN line for a judge of the generator's own model family, None for two families."""
+    family = model_family(judge)
+    if family is None or family != model_family(generator):
+        return None
+    return Check("self-preference", "WARN",
+                 f"{where}: judge {judge} and generator {generator} are both {family} models; a judge tends to "
+                 "rate its own family's answers higher, so these judge metrics may read high (see "
+                 "docs/judge-validation.md)",
+                 f"judge with a model of another family, or measure the bias: ragassay judge validate --judge-family "
+                 f"{family} on labels that carry generator_family")
+
+
+def _generator_model(config) -> str | None:
+    gen = _llm_generator(config)
+    return None if gen is None or not gen.get("model") else str(gen["model"])
+
+
+def self_preference_checks(runs) -> list[Check]:
+    """Stored runs judged by a model of their own generator's family (judge pins vs the run's config)."""
+    out = []
+    for rec in runs:
+        pins = (rec.extra or {}).get("judge")
+        gen = _generator_model(rec.config)
+        if isinstance(pins, dict) and gen:
+            found = _self_preference(f"run {rec.name}", str(pins.get("judge_model")), gen)
+            out += [found] if found else []
+    return out
+
+
+def judge_config_checks(judge: Path, configs: list[Path]) -> list[Check]:
+    """The --judge config against each --config's llm generator: same model family (self-preference)?"""
+    from ragassay.judges.config import load_judge_config
+    from ragassay.pipeline.config import load_config
+
+    model = load_judge_config(judge).pins()["judge_model"]
+    gens = {path: _generator_model(load_config(path).hashed()) for path in configs}
+    out = [c for path, gen in gens.items() if gen
+           for c in [_self_preference(f"{judge} judging {path}", model, gen)] if c is not None]
+    if out:
+        return out
+    llm = [gen for gen in gens.values() if gen]
+    return [Check("self-preference", "PASS", f"{judge} ({model}): " + (
+        f"of another model family than the llm generator(s) {', '.join(sorted(set(llm)))}" if llm
+        else "no --config has an llm generator to share a family with"))]
+
+
+# The least share of the answers a judge metric could be judged on that must have got a verdict; under it the
+# metric's mean speaks for a subset the judge's failures chose, not for the run.
+JUDGED_FLOOR = 0.9
+
+
+def judged_fraction_checks(runs) -> list[Check]:
+    """Per stored run, each judge metric's judged fraction: answers with a verdict / answers it could be judged
+    on. The denominator leaves out answers where the metric is undefined by definition (not answered, no
+    claims, no citations, no reference ...) and keeps those whose judge call failed (``judge_error``,
+    ``judge_refused``, ``judge_malformed`` ..., or ``not_started``), read from the judge summary the run
+    stores. Under :data:`JUDGED_FLOOR` is a WARN; no judgeable answer (0 / 0) is left out, not counted as 0."""
+    out, n_metrics = [], 0
+    for rec in runs:
+        summary = (rec.extra or {}).get("judge_summary")
+        if not isinstance(summary, dict) or not isinstance(summary.get("metrics"), dict):
+            continue
+        failed: dict[str, dict[str, int]] = {}
+        for u in summary.get("undefined") or []:
+            reason = str(u.get("reason"))
+            if reason == "not_started" or reason.startswith("judge_"):
+                failed.setdefault(u.get("metric"), {})[reason] = int(u.get("count") or 0)
+        low = []
+        for m, v in sorted(summary["metrics"].items()):
+            defined, lost = int(v.get("defined") or 0), sum(failed.get(m, {}).values())
+            if defined + lost == 0:
+                continue
+            n_metrics += 1
+            if defined / (defined + lost) < JUDGED_FLOOR:
+                why = ", ".join(f"{r} {n}" for r, n in sorted(failed[m].items()))
+                low.append(f"{m} {defined} of {defined + lost} ({defined / (defined + lost):.0%}; {why})")
+        if low:
+            out.append(Check("judged fraction", "WARN", f"run {rec.name}: the judge gave a verdict on under "
+                             f"{JUDGED_FLOOR:.0%} of the answers it could judge: {'; '.join(low)}; each mean "
+                             "speaks only for the answers that were judged (see docs/judges.md)",
+                             f"ragassay judge {rec.name} --judge JUDGE.yaml --resume asks again the calls that "
+                             "errored or never started (paid answers come from the store); for refusals or "
+                             "malformed output, fix the judge's model or settings"))
+    if n_metrics and not out:
+        out.append(Check("judged fraction", "PASS", f"{n_metrics} stored judge metric(s), each with a verdict on "
+                         f"at least {JUDGED_FLOOR:.0%} of the answers it could judge"))
     return out
 
 
@@ -334,7 +502,7 @@ def golden_checks(golden: Path, corpus: Path | None) -> list[Check]:
     out.insert(0, Check("golden set", "PASS", f"{golden}: {len(gs)} queries, dataset {gs.dataset_version}"))
     out.append(Check("hit rule", "PASS" if m.get("hit_rule") else "FAIL", f"hit rule {m.get('hit_rule')!r}",
                      "" if m.get("hit_rule") else "rebuild the golden set: the manifest must state its hit rule "
-                     "(§4)"))
+                     "(see docs/corpus-and-golden.md)"))
     if corpus is not None:
         corp = load_corpus(corpus)
         ok = m.get("corpus_digest") == corp.digest
@@ -360,27 +528,37 @@ def doctor(
     corpus: Path = typer.Option(None, "--corpus", help="Corpus to check the golden set's pins against."),
     config: list[Path] = typer.Option(None, "--config", help="Pipeline config to check (repeatable)."),
     policy: Path = typer.Option(None, "--policy", help="Gate policy to check (raw thresholds, sample size)."),
+    judge: Path = typer.Option(None, "--judge", help="Judge config to check against the --config generators "
+                                                      "(same model family: self-preference)."),
     sigma_d: float = typer.Option(0.25, "--sigma-d",
-                                  help="SD of per-query differences for the sample-size check (spec §13's "
-                                       "middle value; measure yours with compare's σ_d); a finite number > 0."),
+                                  help="SD of per-query differences for the sample-size check (the middle of the "
+                                       "values docs/stats.md works through; measure yours with compare's σ_d); a "
+                                       "finite number > 0."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Check the environment and the project for the anti-patterns of spec §17: labels tied to chunk ids, no
-    negative queries, n too small for the policy's minimum effect, single-trial runs of a stochastic pipeline,
-    a gate on raw thresholds, unvalidated judges, a golden set stale against its corpus, no stated hit rule.
+    """Check the environment and the project for the anti-patterns listed in docs/importers.md: labels tied to
+    chunk ids, no negative queries, n too small for the policy's minimum effect (counting for each metric the
+    queries it is defined on), single-trial runs of a stochastic pipeline, a reranker offered no more
+    candidates than it keeps, a gate on raw thresholds, unvalidated judges, judge metrics with few verdicts, a
+    judge of the generator's model family, a golden set stale against its corpus, no stated hit rule.
 
-    Every line is PASS / WARN / FAIL with the spec section and the fix. Exit code 0 when nothing FAILs (PASS
-    or WARN), 1 on a FAIL, 2 on bad input — like gate."""
+    Every line is PASS / WARN / FAIL with the docs page that explains it and the fix. Exit code 0 when nothing
+    FAILs (PASS or WARN), 1 on a FAIL, 2 on bad input — like gate."""
     refuse(number("--sigma-d", sigma_d, 0, low_open=True, why="measure it with compare's σ_d column, e.g. 0.25"))
+    if judge is not None and not config:
+        raise InputError("--judge is checked against the generators of the --config files; pass the pipeline "
+                         "configs it judges with --config")
     checks = environment_checks(Path.cwd()) + store_checks(store)
-    n_queries = None
+    queries = None
     if golden is not None:
         checks += golden_checks(golden, corpus)
-        n_queries = len(_raw_queries(golden))
+        queries = _raw_queries(golden)
     if policy is not None:
-        checks += policy_checks(policy, n_queries, sigma_d)
+        checks += policy_checks(policy, queries, sigma_d)
     if config:
         checks += config_checks(config, store)
+    if judge is not None:
+        checks += judge_config_checks(judge, config)
     verdict = "FAIL" if any(c.verdict == "FAIL" for c in checks) else "WARN" if any(
         c.verdict == "WARN" for c in checks) else "PASS"
     if json_out:

@@ -1,4 +1,4 @@
-"""`ragassay golden build` and `ragassay golden check`."""
+"""`ragassay golden build` and `ragassay golden check`; `synth`, `agree`, `status` and `diff` join the group from their own modules."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ragassay.cli.common import console, err_console, print_json
+from ragassay.cli import golden_agree, golden_status, golden_synth
+from ragassay.cli.common import console, err_console, print_json, progress
 from ragassay.corpus import load_corpus
 from ragassay.golden import STRATA, build_golden, load_golden
 
@@ -25,9 +26,14 @@ def build(
     built_at: str = typer.Option(None, help="Timestamp to record (default: newest `created` date)."),
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
 ) -> None:
-    """Resolve every quote to a canonical span; fail listing every problem, writing nothing."""
-    corp = load_corpus(corpus)
-    gs = build_golden(src, corp, out, built_at=built_at)
+    """Resolve every quote to a canonical span; fail listing every problem, writing nothing. A bar shows on a
+    terminal while it works (none with --json or when stderr is not a terminal)."""
+    with progress(enabled=not json_out) as bar:
+        # no total: load_corpus and build_golden report no per-file or per-quote progress
+        task = bar.add_task(escape(f"loading the corpus {corpus}"), total=None)
+        corp = load_corpus(corpus)
+        bar.update(task, description=escape(f"resolving the quotes of {src} against {len(corp)} documents"))
+        gs = build_golden(src, corp, out, built_at=built_at)
     report_skipped(corp.skipped, corpus)
     if json_out:
         print_json(gs.manifest)
@@ -93,6 +99,13 @@ def check(
         print_json({"manifest": gs.manifest, **summarize(gs.manifest)})
         return
     print_manifest_summary(gs.manifest)
+
+
+# the commands kept in their own modules join the group once, when this module loads (register runs on every
+# main() call)
+golden_synth.register(golden_app)
+golden_agree.register(golden_app)
+golden_status.register(golden_app)
 
 
 def register(app: typer.Typer) -> None:

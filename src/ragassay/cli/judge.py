@@ -13,7 +13,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from ragassay.cli import checks
-from ragassay.cli.common import console, esc, print_json
+from ragassay.cli.common import console, esc, print_json, progress
 from ragassay.errors import InputError
 
 STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")
@@ -66,13 +66,16 @@ def judge(
     from ragassay.store import Store
     from ragassay.trace.io import read_traces
 
-    with Store.open(store) as st:
+    with Store.open(store) as st, progress(enabled=not json_out) as bar:
         rec = st.get_run(run)
         path = _traces_path(rec, traces)
         if not path.is_file():
             raise InputError(f"{path}: the traces of run {rec.name} are not there; pass them with --traces")
         header, recs, problems = read_traces(path)
         corp, gs = load_inputs(corpus, golden)
+        # no total: judge_stored_run reports no per-answer progress, so the bar pulses with the elapsed time
+        bar.add_task(esc(f"judging {len(recs)} answers of run {rec.name} with {cfg.pins()['judge_model']}"),
+                     total=None)
         summary = judge_stored_run(st, rec.run_id, recs, gs, corp, cfg, resume=resume,
                                    open_client=executor_client(executor), header=header, traces_label=str(path))
     out = summary.to_dict()
@@ -209,7 +212,10 @@ def validate(
 
         path = _labels_path(labels, kind)
         with Store.open(store) as st:
-            figures, calls, label_set = validate_pairwise(cfg, path, st, floor=floor, **opts)
+            with progress(enabled=not json_out) as bar:
+                bar.add_task(esc(f"judging the pairwise labels of {path.name} with {cfg.pins()['judge_model']}"),
+                             total=None)
+                figures, calls, label_set = validate_pairwise(cfg, path, st, floor=floor, **opts)
             record = validation_record(pairwise_pins(cfg), label_set, figures, calls=calls, kind="pairwise")
             record["validation_id"] = st.record_judge_validation(record)
         _finish_validation(record, default, label_set, str(judge_config), json_out)
@@ -232,19 +238,24 @@ def validate(
         raise InputError(f"{label_set.path}: {problem} on the {scale} scale ({shown}); a validation on it could not "
                          f"earn the gate's floor. Label more items (--min-per-class {min_per_class}, --min-items "
                          f"{min_items}); nothing was judged or recorded")
-    with Store.open(store) as st:
+    with Store.open(store) as st, progress(enabled=not json_out) as bar:
+        # no total: run_kind reports no per-item progress, so the bar pulses with the elapsed time
+        task = bar.add_task(esc(f"judging {len(label_set.items)} {kind} labels with {cfg.pins()['judge_model']}"),
+                            total=None)
         judged, calls = run_kind(cfg, kind, label_set.items, st)
         if calls["stopped"]:
             from ragassay.judges.providers import JudgeStopped
 
             raise JudgeStopped(f"judge run stopped: {calls['stopped']}; finished calls are stored: rerun (with a "
                                "higher spend_cap) to pay only for the rest. No validation was recorded")
+        bar.update(task, description=f"validating against {len(label_set.items)} labels ({resamples} resamples)")
         figures = validate_judgements(label_set.items, judged, kind=kind, scale=scale, judge_family=judge_family,
                                       max_false_pass=max_false_pass, max_false_fail=max_false_fail, **opts)
         cascade = None
         if cfg1 is not None:
             from ragassay.judges.cascade import cascade_figures
 
+            bar.update(task, description=esc(f"judging them with tier 1 {cfg1.pins()['judge_model']}"))
             judged1, _ = run_kind(cfg1, kind, label_set.items, st)
             cascade = cascade_figures(label_set.items, judged1, judged, max_false_pass=max_false_pass,
                                       max_false_fail=max_false_fail, **opts)
@@ -392,7 +403,8 @@ def rebaseline_cmd(
                              "the runs' corpus with --corpus")
         return corp[u.doc_id].text[u.start:u.end]
 
-    with Store.open(store) as st:
+    with Store.open(store) as st, progress(enabled=not json_out) as bar:
+        task = bar.add_task("reading the archived answers", total=None)
         loaded = []
         for ref in runs:
             rec = st.get_run(ref)
@@ -402,6 +414,9 @@ def rebaseline_cmd(
                                  "archived to re-score them")
             _, recs, _ = read_traces(path)
             loaded.append((rec, items_from(recs, gs, unit_text)))
+        # no total: rebaseline reports no per-answer progress, so the bar pulses with the elapsed time
+        bar.update(task, description=esc(f"re-judging {sum(len(items) for _, items in loaded)} answers with "
+                                         f"{old_cfg.pins()['judge_model']} and {new_cfg.pins()['judge_model']}"))
         out = rebaseline(st, loaded, old_cfg, new_cfg, n_resamples=resamples, seed=seed)
     if json_out:
         print_json(out)
