@@ -12,11 +12,16 @@ notebook can keep several :class:`Run` objects and the CLI can read the same sto
 
 from __future__ import annotations
 
+import functools
 import html
+import inspect
 import json
 import os
+import secrets
+import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,8 +89,10 @@ def _traces_for(system: Any, corpus, golden, *, name: str | None, trials: int, c
     from ragassay.trace.adapters import traces_from_callable, traces_from_ragas_rows, traces_from_trec_run
 
     if callable(system):
-        return traces_from_callable(system, golden.queries, trials=trials, concurrency=concurrency,
-                                    progress=progress, run_name=name or getattr(system, "__name__", "callable"))
+        run_name = name or getattr(system, "__name__", "callable")
+        with _calls_bar(run_name, trials * len(golden.queries), show=progress) as counted:
+            return traces_from_callable(counted(system), golden.queries, trials=trials, concurrency=concurrency,
+                                        progress=False, run_name=run_name)
     if isinstance(system, (str, Path)):
         kind = _sniff_file(Path(system))
         if kind == "ragas":
@@ -105,9 +112,85 @@ def _open(store: Any, read_only: bool) -> Iterator[Any]:
         yield st
 
 
+def _stderr_console():
+    """The console progress bars draw on: stderr, so a script's stdout carries only what it prints itself."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+@contextmanager
+def _calls_bar(label: str, total: int, *, show: bool) -> Iterator[Callable[[Callable], Callable]]:
+    """A transient bar of a callable system's finished calls on stderr, drawn only when ``show`` and stderr is
+    a terminal. Yields ``counted(fn)``: ``fn`` itself when nothing is drawn (its timings untouched), else a
+    wrapper that keeps its name, qualified name (the run's config) and sync or ``async`` kind."""
+    console = _stderr_console()
+    if not (show and console.is_terminal):
+        yield lambda fn: fn
+        return
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
+                  transient=True) as bar:
+        task = bar.add_task(escape(label), total=total)
+
+        def counted(fn: Callable) -> Callable:
+            if inspect.iscoroutinefunction(fn):
+                async def wrapper(question):
+                    try:
+                        return await fn(question)
+                    finally:
+                        bar.advance(task)
+            else:
+                def wrapper(question):
+                    try:
+                        return fn(question)
+                    finally:
+                        bar.advance(task)
+            functools.update_wrapper(wrapper, fn)
+            wrapper.__qualname__ = getattr(fn, "__qualname__", repr(fn))  # a callable object has none of its own
+            return wrapper
+
+        yield counted
+
+
+def default_traces_dir(store: str | os.PathLike) -> Path:
+    """Where a run's traces are kept unless told otherwise: ``<store path without its suffix>.traces`` beside
+    the store (``ragassay.duckdb`` -> ``ragassay.traces/``), one ``<run_id>.jsonl`` per run. ``evaluate`` and
+    ``ragassay run`` share it, and the run records it in ``extra.traces_dir`` for every reader."""
+    return Path(store).with_suffix(".traces")
+
+
+def _is_memory(path: Any) -> bool:
+    return str(path) == ":memory:"
+
+
+# an in-memory store's traces folder lives as long as the Store object (and so as every Run holding it)
+_MEMORY_TRACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _traces_home(store: Any, traces_dir: Any) -> Path:
+    """The folder this evaluation keeps its traces in (see :func:`evaluate`); a folder that is not new, empty
+    or ragassay's traces output is refused before anything runs."""
+    from ragassay.fsio import check_output_dir
+    from ragassay.store import Store
+
+    if traces_dir is not None:
+        folder = Path(traces_dir)
+    elif isinstance(store, Store) and _is_memory(store.path):
+        if store not in _MEMORY_TRACES:
+            _MEMORY_TRACES[store] = tempfile.TemporaryDirectory(prefix="ragassay-traces-")
+        return Path(_MEMORY_TRACES[store].name)
+    else:
+        folder = default_traces_dir(store.path if isinstance(store, Store) else store)
+    check_output_dir(folder, "traces")
+    return folder
+
+
 def evaluate(system: Any, *, golden: Any = None, corpus: Any = None, store: Any = DEFAULT_STORE,
              name: str | None = None, trials: int = 1, concurrency: int = 4, options: Any = None,
-             allow_pin_mismatch: bool = False, progress: bool = False) -> Run:
+             allow_pin_mismatch: bool = False, progress: bool = False, traces_dir: Any = None) -> Run:
     """Score a system against a golden set, store the rows, and return the stored :class:`Run`.
 
     ``system`` is one of: a callable ``fn(question) -> str | dict | Trace`` (sync or ``async``; it runs
@@ -119,24 +202,30 @@ def evaluate(system: Any, *, golden: Any = None, corpus: Any = None, store: Any 
     an open :class:`~ragassay.store.Store`; ``options`` a :class:`~ragassay.analysis.scoring.ScoringOptions`
     (hit rule, relevance threshold, gain, ties), by default the hit rule and relevance threshold the golden
     set's manifest states. Scoring and storage are exactly ``ragassay score``'s. ``progress`` shows bars on
-    the terminal: the calls of a callable system, then the scoring of the traces.
+    stderr when it is a terminal: the calls of a callable system, then the scoring of the traces.
+
+    The traces evaluate makes (from a callable, RAGAS rows or a TREC run) are kept as
+    ``<traces_dir>/<run_id>.jsonl`` and recorded with the run, so ``ragassay judge RUN`` and the report's
+    per-query view read them; ``traces_dir`` defaults to :func:`default_traces_dir` of the store, and for an
+    in-memory store to a temporary folder removed with the Store object. A trace file given as ``system``
+    is the run's traces where it is, as for ``ragassay score``.
     """
     _check_evaluate_args(golden=golden, corpus=corpus, store=store, name=name, trials=trials,
                          concurrency=concurrency, options=options, allow_pin_mismatch=allow_pin_mismatch,
-                         progress=progress)
+                         progress=progress, traces_dir=traces_dir)
     if isinstance(system, (str, Path)) and _is_trace_file(Path(system)):
         from ragassay.analysis.stream import reading_ahead
 
         # a trace file is read while the corpus and golden set load, as `ragassay score` reads it
         with reading_ahead(Path(system)) as ahead:
             return _evaluate(system, golden, corpus, store, name, trials, concurrency, options,
-                             allow_pin_mismatch, progress, ahead)
+                             allow_pin_mismatch, progress, ahead, None)
     return _evaluate(system, golden, corpus, store, name, trials, concurrency, options, allow_pin_mismatch,
-                     progress, None)
+                     progress, None, _traces_home(store, traces_dir))
 
 
 def _check_evaluate_args(*, golden, corpus, store, name, trials, concurrency, options, allow_pin_mismatch,
-                         progress) -> None:
+                         progress, traces_dir) -> None:
     """Every keyword argument of :func:`evaluate` has the type it documents, checked before anything is read,
     run or stored; one :class:`InputError` lists every problem, one line each."""
     from ragassay.analysis.scoring import ScoringOptions
@@ -155,7 +244,9 @@ def _check_evaluate_args(*, golden, corpus, store, name, trials, concurrency, op
          "a built golden-set folder, an authoring file, a GoldenSet, or None for the bundled set"),
         ("corpus", corpus, corpus is None or is_path(corpus) or isinstance(corpus, Corpus),
          "a corpus folder, a JSONL file, a Corpus, or None for the bundled corpus"),
-        ("store", store, is_path(store) or isinstance(store, Store), "a DuckDB file path or an open Store"),
+        ("store", store, (is_path(store) and not _is_memory(store)) or isinstance(store, Store),
+         "a DuckDB file path or an open Store (for an in-memory store, Store.open(':memory:'): a ':memory:' path "
+         "would be gone when evaluate returns)"),
         ("name", name, name is None or (isinstance(name, str) and name.strip() != ""),
          "a non-empty run name, or None for the system's own"),
         ("trials", trials, is_count(trials), "a positive integer (runs of each query)"),
@@ -165,6 +256,8 @@ def _check_evaluate_args(*, golden, corpus, store, name, trials, concurrency, op
          "golden set's manifest"),
         ("allow_pin_mismatch", allow_pin_mismatch, isinstance(allow_pin_mismatch, bool), "True or False"),
         ("progress", progress, isinstance(progress, bool), "True or False"),
+        ("traces_dir", traces_dir, traces_dir is None or is_path(traces_dir),
+         "a folder path for the run's traces, or None for the folder beside the store"),
     ]
     problems = [f"{arg}={_short(value)}: give {want}" for arg, value, ok, want in wanted if not ok]
     if problems:
@@ -186,10 +279,11 @@ def _is_trace_file(path: Path) -> bool:
 
 
 def _evaluate(system, golden, corpus, store, name, trials, concurrency, options, allow_pin_mismatch, progress,
-              read_ahead) -> Run:
+              read_ahead, traces_home: Path | None) -> Run:
+    """Score ``system`` into ``store``; traces made here are kept in ``traces_home`` (None: a trace file,
+    already on disk, is read where it is)."""
     from ragassay._progress import scoring_bar
     from ragassay.analysis.runner import score_traces_into_store
-    from ragassay.trace import write_traces
 
     corp = _corpus(corpus)
     gs = _golden(golden, corp)
@@ -200,24 +294,56 @@ def _evaluate(system, golden, corpus, store, name, trials, concurrency, options,
         options = ScoringOptions(hit_rule=gs.manifest.get("hit_rule") or "any_overlap",
                                  relevance_threshold=gs.manifest.get("relevance_threshold") or 2)
     adapter_problems: list = []
-    with tempfile.TemporaryDirectory(prefix="ragassay-api-") as tmp:
-        if read_ahead is not None:  # evaluate found a trace file (anything else is sniffed by _traces_for)
-            path = Path(system)
-            label = path.name
-        else:
-            header, traces, adapter_problems = _traces_for(system, corp, gs, name=name, trials=trials,
-                                                           concurrency=concurrency, progress=progress)
-            path = Path(tmp) / f"{header.run_name}.jsonl"
-            label = header.run_name
-            write_traces(path, header.model_copy(update={"dataset_version": gs.dataset_version,
-                                                         "corpus_digest": corp.digest}), traces)
-        with _open(store, read_only=False) as st, scoring_bar(label, disable=not progress) as tick:
+    if read_ahead is not None:  # evaluate found a trace file (anything else is sniffed by _traces_for)
+        path = Path(system)
+        label = path.name
+    else:
+        header, traces, adapter_problems = _traces_for(system, corp, gs, name=name, trials=trials,
+                                                       concurrency=concurrency, progress=progress)
+        label = header.run_name
+        path = _write_pending(traces_home, header.model_copy(update={"dataset_version": gs.dataset_version,
+                                                                     "corpus_digest": corp.digest}), traces)
+    console = _stderr_console()
+    try:
+        with _open(store, read_only=False) as st, \
+                scoring_bar(label, disable=not (progress and console.is_terminal), console=console) as tick:
             run_id, info = score_traces_into_store(st, path, corp, gs, options=options, name=name,
                                                    allow_pin_mismatch=allow_pin_mismatch,
                                                    read_ahead=read_ahead, progress=tick)
+            if read_ahead is None:
+                _keep(st, run_id, path, traces_home)
             rec = st.get_run(run_id)
+    finally:
+        if read_ahead is None:
+            path.unlink(missing_ok=True)  # scored and kept (moved away), or refused: nothing half-done stays
     info["adapter_problems"] = [f"{p.line}: {p.message}" for p in adapter_problems]
-    return Run(rec, store, info)
+    return Run(rec, store, info, golden=gs, corpus=corp)
+
+
+def _write_pending(folder: Path, header, traces) -> Path:
+    """The traces, written atomically under a hidden name in ``folder`` until their run has an id."""
+    from ragassay.fsio import MARKER_PREFIX, make_dir, mark_output_dir
+    from ragassay.trace import write_traces
+
+    make_dir(folder)
+    mark_output_dir(folder, "traces")
+    path = write_traces(folder / f".evaluate-{secrets.token_hex(8)}.jsonl", header, traces)
+    # write_traces leaves mkstemp's 0600; outputs are shared (fsio), so the file takes the mode the marker
+    # got from open() under the umask
+    shutil.copymode(folder / f"{MARKER_PREFIX}traces", path)
+    return path
+
+
+def _keep(st, run_id: str, pending: Path, folder: Path) -> None:
+    """Move the scored traces to ``<folder>/<run_id>.jsonl`` (one rename: a reader sees the whole file or
+    none) and record them with the run the way ``ragassay run`` does: ``extra.traces_dir``, and the source
+    names the kept file instead of the pending one."""
+    from ragassay.analysis.run_record import _update_extra
+
+    kept = folder.resolve() / f"{run_id}.jsonl"
+    os.replace(pending, kept)
+    _update_extra(st, run_id, {"traces_dir": str(kept.parent)})
+    st.connection.execute("UPDATE runs SET source = ? WHERE run_id = ?", [f"traces:{kept}", run_id])
 
 
 def load_run(ref: str, store: Any = DEFAULT_STORE) -> Run:
@@ -239,11 +365,17 @@ def _table_html(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 @dataclass
 class Run:
-    """A stored run. Every method reads the store, so the figures are the CLI's for the same run."""
+    """A stored run. Every method reads the store, so the figures are the CLI's for the same run.
+
+    A run made by :func:`evaluate` remembers the ``golden`` set and ``corpus`` it was scored on (the loaded
+    objects), and :meth:`report` uses them; a run from :func:`load_run` has neither (the bundled ones are the
+    default there)."""
 
     record: Any
     store: Any = DEFAULT_STORE
     info: dict = field(default_factory=dict)
+    golden: Any = field(default=None, repr=False, compare=False)
+    corpus: Any = field(default=None, repr=False, compare=False)
 
     @property
     def run_id(self) -> str:
@@ -252,6 +384,16 @@ class Run:
     @property
     def name(self) -> str:
         return self.record.name
+
+    @property
+    def traces_path(self) -> Path | None:
+        """The run's trace JSONL as its readers find it (``judge``, the report's per-query view):
+        ``<extra.traces_dir>/<run_id>.jsonl``, else the trace file it was scored from; None if it has none."""
+        folder = (self.record.extra or {}).get("traces_dir")
+        if folder:
+            return Path(folder) / f"{self.run_id}.jsonl"
+        source = self.record.source or ""
+        return Path(source.removeprefix("traces:")) if source.startswith("traces:") else None
 
     def __repr__(self) -> str:
         return f"Run({self.name!r}, run_id={self.run_id!r}, n_queries={self.record.n_queries})"
@@ -338,13 +480,15 @@ class Run:
     def report(self, path: str | Path, *others: Run | str, golden: Any = None, corpus: Any = None,
                n_resamples: int = 10_000) -> Path:
         """Write the self-contained HTML report of this run (the baseline) and ``others`` to folder
-        ``path``, as ``ragassay report`` does; returns the path of ``index.html``."""
+        ``path``, as ``ragassay report`` does; returns the path of ``index.html``. ``golden`` and ``corpus``
+        default to the ones :func:`evaluate` scored this run on, else to the bundled ones; each run's traces
+        are read from the folder recorded with it (the per-query view)."""
         from ragassay.analysis.compare import compare_runs
         from ragassay.analysis.report_data import build_report_data
         from ragassay.report import render_report
 
-        corp = _corpus(corpus)
-        gs = _golden(golden, corp)
+        corp = _corpus(corpus if corpus is not None else self.corpus)
+        gs = _golden(golden if golden is not None else self.golden, corp)
         with _open(self.store, read_only=True) as st:
             recs = [self.record] + [st.get_run(_ref(o)) for o in others]
             wrong = [r.name for r in recs if r.dataset_version != gs.dataset_version

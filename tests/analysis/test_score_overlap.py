@@ -269,17 +269,17 @@ def test_score_cli_shows_a_bar_on_a_terminal_and_none_with_json(tmp_path, monkey
 def test_evaluate_with_progress_shows_the_scoring_bar_and_none_without(tmp_path, monkeypatch):
     import io
 
-    import rich
     from rich.console import Console
 
     import ragassay
+    from ragassay import api
 
     corpus, golden = load_inputs(None, None)
     path = _random_file(tmp_path / "r.jsonl", corpus, golden, 9)
     rows = []
     for progress in (True, False):
         term = io.StringIO()
-        monkeypatch.setattr(rich, "_console", Console(file=term, force_terminal=True, width=100))
+        monkeypatch.setattr(api, "_stderr_console", lambda: Console(file=term, force_terminal=True, width=100))
         run = ragassay.evaluate(path, golden=golden, corpus=corpus, store=tmp_path / f"s{progress}.duckdb",
                                 progress=progress)
         shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", term.getvalue())  # the bar's colours and cursor moves

@@ -49,8 +49,8 @@ def _traces_path(rec, given: Path | None) -> Path:
     folder = (rec.extra or {}).get("traces_dir")
     if folder:
         return Path(folder) / f"{rec.run_id}.jsonl"
-    raise InputError(f"run {rec.name} ({rec.run_id}) recorded no traces (run it with --traces-dir, or score a "
-                     "trace file); pass the traces with --traces")
+    raise InputError(f"run {rec.name} ({rec.run_id}) recorded no traces (run it with --keep-traces or "
+                     "--traces-dir DIR, or score a trace file); pass the traces with --traces")
 
 
 def _load_traces(st, rec, given: Path | None, role: str, golden):

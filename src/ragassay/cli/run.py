@@ -100,8 +100,9 @@ def _report(st, run_id: str, info: dict | None, store: Path, json_out: bool,
     rec = st.get_run(run_id)
     summary = stored_run_summary(st, run_id)  # one metric at a time: the whole table is ~1 GB at 100k queries
     if json_out:
+        kept = _kept_traces(rec)
         out = {"run": rec.to_dict(), "summary": summary, "import": info,
-               "warnings": (rec.extra or {}).get("warnings", [])}
+               "warnings": (rec.extra or {}).get("warnings", []), "traces": str(kept) if kept else None}
         if profile is not None:
             out["profile_s"] = profile
         if judged is not None:
@@ -118,6 +119,18 @@ def _report(st, run_id: str, info: dict | None, store: Path, json_out: bool,
 
         print_judge_summary(judged)
     console.print(f"stored as run [bold]{rec.run_id}[/] in {escape(str(store))}")
+    kept = _kept_traces(rec)
+    if kept is not None:
+        console.print(f"traces: {kept} (read by `ragassay judge` and the report's per-query view)", markup=False)
+    elif rec.source == "pipeline":
+        console.print("traces: not kept; rerun with --keep-traces (or --traces-dir DIR) so `ragassay judge` and "
+                      "the report's per-query view can read the answers and retrieved units", markup=False)
+
+
+def _kept_traces(rec) -> Path | None:
+    """The trace file a run wrote (``extra.traces_dir``), or None when it wrote none."""
+    folder = (rec.extra or {}).get("traces_dir")
+    return Path(folder) / f"{rec.run_id}.jsonl" if folder else None
 
 
 def print_profile(profile: dict[str, float]) -> None:
@@ -198,6 +211,18 @@ def _holds_runs(store: Path) -> bool:
         return True
 
 
+def _default_traces_dir(store: Path, resume: str | None) -> Path | None:
+    """Where a run keeps its traces without ``--traces-dir``: beside the store (:func:`default_traces_dir`),
+    as ``ragassay.evaluate`` keeps them; a resumed run keeps the folder it recorded (none if it kept none)."""
+    from ragassay.api import default_traces_dir
+
+    if resume is None:
+        return default_traces_dir(store)
+    with Store.open(store, read_only=True) as st:
+        folder = (st.get_run(resume).extra or {}).get("traces_dir")
+    return Path(folder) if folder else None
+
+
 def _judge_run(st, run_id: str, gs, corp, cfg):
     """Judge a finished run's answers from its recorded traces (the `ragassay judge score` path)."""
     from ragassay.analysis.slicing import run_traces
@@ -215,8 +240,10 @@ def run(
     name: str = typer.Option(None, "--name", help="Run name (default: the config's name)."),
     resume: str = typer.Option(None, "--resume", help="Finish an interrupted run (run id, prefix or name)."),
     traces: Path = typer.Option(None, "--traces", help="Import traces from this JSONL instead of running."),
-    traces_dir: Path = typer.Option(None, "--traces-dir", help="Also write the run's traces here (a new or "
-                                    "empty folder, or one ragassay wrote traces to)."),
+    traces_dir: Path = typer.Option(None, "--traces-dir", help="Keep the run's traces here (a new or empty "
+                                    "folder, or one ragassay wrote traces to)."),
+    keep_traces: bool = typer.Option(False, "--keep-traces", help="Keep the run's traces beside the store "
+                                     "(<store>.traces/), for `judge RUN` and the report's per-query view."),
     batched: bool = typer.Option(False, "--batched", help="Run retrieval for 64 queries at a time: faster, but "
                                  "no per-request latency exists (stored as NULL)."),
     allow_pin_mismatch: bool = PIN_OPT,
@@ -241,18 +268,28 @@ def run(
                          "the --store that holds the interrupted run")
     if traces is not None and not traces.exists():
         raise InputError(f"{traces}: trace file not found; pass the path of a .jsonl trace file with --traces")
+    if keep_traces and traces_dir is not None:
+        raise InputError("--keep-traces keeps them beside the store and --traces-dir in DIR; pass one of them")
     judge_cfg = None
     if judge is not None:
         from ragassay.judges.config import load_judge_config
 
         judge_cfg = load_judge_config(judge)  # a bad judge config is refused before the run, not after it
-        if traces is None and traces_dir is None:
-            raise InputError("--judge reads the run's answers from its traces: pass --traces-dir DIR so the run "
-                             "records them (or import traces with --traces)")
+    # the traces are kept when asked, when the run is judged (the judge reads its answers from them) and when a
+    # resumed run kept them; otherwise not: writing them takes longer than the run itself on large sets
+    by_default = traces is None and traces_dir is None and (keep_traces or judge is not None or resume is not None)
+    if by_default:
+        traces_dir = _default_traces_dir(store, resume)
     if traces_dir is not None:
         from ragassay.fsio import check_output_dir
 
-        check_output_dir(traces_dir, "traces")  # before the store is created: a refusal leaves no trace
+        try:
+            check_output_dir(traces_dir, "traces")  # before the store is created: a refusal leaves no trace
+        except InputError as e:
+            if not by_default:
+                raise
+            raise InputError(f"{e} (the run's traces folder beside --store; choose one with --traces-dir DIR, "
+                             "or keep none by leaving out --keep-traces / --judge)") from None
     if traces is None:
         from ragassay.pipeline import load_config
 
