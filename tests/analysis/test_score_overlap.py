@@ -279,7 +279,7 @@ def test_evaluate_with_progress_shows_the_scoring_bar_and_none_without(tmp_path,
     rows = []
     for progress in (True, False):
         term = io.StringIO()
-        monkeypatch.setattr(api, "_stderr_console", lambda: Console(file=term, force_terminal=True, width=100))
+        monkeypatch.setattr(api, "_stderr_console", lambda term=term: Console(file=term, force_terminal=True, width=100))
         run = ragassay.evaluate(path, golden=golden, corpus=corpus, store=tmp_path / f"s{progress}.duckdb",
                                 progress=progress)
         shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", term.getvalue())  # the bar's colours and cursor moves
