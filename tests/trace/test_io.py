@@ -319,3 +319,22 @@ def test_an_integer_wider_than_64_bits_in_meta_stays_an_int_in_both_readers(tmp_
     (fast,) = [t for b in TraceBatchReader(path, 8) for t in b.traces if t.query_id == "a"]
     assert plain.meta == fast.meta == {"n": value}
     assert type(fast.meta["n"]) is int
+
+
+@pytest.mark.parametrize("score", [float("nan"), float("inf"), 1e-05, 0.1 + 0.2, 5e-324, -0.0])
+def test_a_written_trace_line_is_json_dumps_of_its_model_dump(tmp_path, score):
+    """The writer's fast serializer gives the bytes json.dumps gives (compact, UTF-8) up to float spelling,
+    and a non-finite score stays NaN / Infinity on disk, so validation still sees it."""
+    u = Unit(unit_id="d:0-5", doc_id="d", start=0, end=5, score=score, rank=1, text="héllo", tokens=1)
+    t = Trace(trace_id="q-0", query_id="q", trial=0, fused=[u], packed=[u], packed_tokens=1, answer="é",
+              citations=["d:0-5"], outcome="answered", durations_ms={"total": 1.0})
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path, _header(), mode="a") as w:
+        w.write_all([t])
+    line = path.read_text(encoding="utf-8").splitlines()[1]
+    want = json.dumps({"type": "trace", **t.model_dump(mode="json")}, ensure_ascii=False, separators=(",", ":"))
+    got, expected = json.loads(line), json.loads(want)
+    assert json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True)  # NaN == NaN as text
+    assert "é" in line and ": " not in line
+    back = read_traces(path)[1][0].fused[0].score
+    assert (back != back) if score != score else back == score

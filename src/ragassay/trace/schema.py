@@ -35,7 +35,9 @@ Duration = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN and infinities are written as JSON's NaN / Infinity, as json.dumps writes them, so a trace file
+    # round-trips a non-finite score (which validation then reports) instead of turning it into null
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
 
 class Unit(_Strict):
