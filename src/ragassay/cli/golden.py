@@ -1,4 +1,5 @@
-"""`ragassay golden build` and `ragassay golden check`; `synth`, `agree`, `status` and `diff` join the group from their own modules."""
+"""`ragassay golden build` and `ragassay golden check`; `synth`, `agree`, `status`, `diff`, `pool` and
+`merge-labels` join the group from their own modules."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ragassay.cli import golden_agree, golden_status, golden_synth
+from ragassay.cli import golden_agree, golden_pool, golden_status, golden_synth
 from ragassay.cli.common import console, err_console, print_json, progress
 from ragassay.corpus import load_corpus
 from ragassay.golden import STRATA, build_golden, load_golden
@@ -106,6 +107,7 @@ def check(
 golden_synth.register(golden_app)
 golden_agree.register(golden_app)
 golden_status.register(golden_app)
+golden_pool.register(golden_app)
 
 
 def register(app: typer.Typer) -> None:
