@@ -24,6 +24,11 @@ trusted); a compound question — ``and`` outside a proper noun (``Terms and Con
 (``compound``); near-duplicate questions are removed by embedding similarity (``duplicates``, see
 :func:`dedupe_threshold`); a question whose words cover ≥ 80% of its excerpt's content words is answerable from
 the question alone and is kept but tagged ``answer-in-question`` (``answer_in_question``).
+
+**Other generators** (``ragassay.judges.question_gen``, the LLM one) hand their candidates to
+:func:`apply_filters`, the same filters in the same order; a candidate may carry further excerpts of its
+document (``more``), each verified the same way (one failing drops the candidate), and its passage comes from
+:func:`passages`.
 """
 
 from __future__ import annotations
@@ -44,14 +49,18 @@ from ragassay.errors import InputError
 
 GENERATOR = "offline-templates-v1"
 FORMS = ("keywords", "what_about")
-STRATA = ("lexical", "negative")
+# the strata each generator writes (`--per-stratum`); other strata need questions a person wrote or edited
+GENERATOR_STRATA = {"offline": ("lexical", "negative"), "llm": ("paraphrase", "negative")}
+STRATA = GENERATOR_STRATA["offline"]
 MIN_WORDS, MAX_WORDS = 8, 50
+PASSAGE_WORDS = 150
 ANSWER_IN_QUESTION = 0.8
 PRECISION_TARGET = 0.9
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*[A-Za-z]|[A-Za-z]")
 _AND = re.compile(r"\band\b", re.I)
+_BLANK_LINE = re.compile(r"\n\s*\n")
 
 
 def _stopwords() -> frozenset[str]:
@@ -64,8 +73,17 @@ def _stopwords() -> frozenset[str]:
 
 
 @dataclass
+class Excerpt:
+    """A further excerpt of a candidate's document: where it starts (-1: unknown) and its occurrence."""
+
+    quote: str
+    start: int = -1
+    occurrence: int | None = None
+
+
+@dataclass
 class Candidate:
-    """One generated question before and after the filters."""
+    """One generated question before and after the filters; ``more`` holds excerpts beyond the first."""
 
     question: str
     form: str
@@ -75,10 +93,15 @@ class Candidate:
     start: int = -1
     occurrence: int | None = None
     tags: list[str] = field(default_factory=list)
+    more: list[Excerpt] = field(default_factory=list)
 
     @property
     def answerable(self) -> bool:
         return self.stratum != "negative"
+
+    @property
+    def quotes(self) -> list[str]:
+        return [] if self.quote is None else [self.quote, *(e.quote for e in self.more)]
 
 
 @dataclass
@@ -107,6 +130,27 @@ def sentences(text: str) -> list[tuple[int, str]]:
             if s and MIN_WORDS <= len(_WORD.findall(s)) <= MAX_WORDS and s[-1] in ".!?":
                 out.append((base + pos + lead, s))
             pos = m.end() if m else len(body)
+    return out
+
+
+def passages(text: str, max_words: int = PASSAGE_WORDS) -> list[tuple[int, str]]:
+    """(start, passage) of ``text``: consecutive sentences of one paragraph (as :func:`sentences` finds them)
+    grouped until the next would take the group past ``max_words`` words (a longer sentence stands alone).
+    A passage is the exact substring from its first sentence's start to its last one's end, so what lies
+    between them (a sentence too short or too long to be asked about) is kept."""
+    out: list[tuple[int, str]] = []
+    first = end = words = 0
+    for start, s in sentences(text):
+        n = len(_WORD.findall(s))
+        if words and (words + n > max_words or _BLANK_LINE.search(text, end, start)):
+            out.append((first, text[first:end]))
+            words = 0
+        if not words:
+            first = start
+        words += n
+        end = start + len(s)
+    if words:
+        out.append((first, text[first:end]))
     return out
 
 
@@ -207,24 +251,36 @@ def offline_candidates(corpus, n: int, *, seed: int = 0, negatives_from=None, n_
 
 
 def verify_excerpts(items: list[Candidate], corpus) -> tuple[list[Candidate], int]:
-    """Keep the items whose excerpt is an exact substring of its document's canonical text (the occurrence
-    number set when it repeats); negatives pass. Returns (kept, dropped)."""
+    """Keep the items whose excerpts (the first and every one in ``more``) are each a non-blank exact
+    substring of their document's canonical text (the occurrence number set when it repeats); negatives pass.
+    Returns (kept, dropped)."""
     kept, dropped = [], 0
     for it in items:
         if it.quote is None:
             kept.append(it)
             continue
         text = corpus[it.doc_id].text if it.doc_id in corpus else None
-        at = -1 if text is None else (it.start if it.start >= 0 and text.startswith(it.quote, it.start)
-                                      else text.find(it.quote))
-        if at < 0:
+        spans = [] if text is None else [_locate(text, q, s) for q, s in ((it.quote, it.start),
+                                                                         *((e.quote, e.start) for e in it.more))]
+        if not spans or any(at < 0 for at, _ in spans):
             dropped += 1
             continue
-        it.start = at
-        if text.count(it.quote) > 1:
-            it.occurrence = _occurrence(text, it.quote, at)
+        it.start, it.occurrence = spans[0]
+        for e, (at, occurrence) in zip(it.more, spans[1:], strict=True):
+            e.start, e.occurrence = at, occurrence
         kept.append(it)
     return kept, dropped
+
+
+def _locate(text: str, quote: str, start: int) -> tuple[int, int | None]:
+    """(offset, occurrence or None when the quote is unique) of ``quote`` in ``text``, at ``start`` when it is
+    there, else its first occurrence; (-1, None) for a blank quote or one not in the text."""
+    if not quote.strip():
+        return -1, None
+    at = start if start >= 0 and text.startswith(quote, start) else text.find(quote)
+    if at < 0:
+        return -1, None
+    return at, _occurrence(text, quote, at) if text.count(quote) > 1 else None
 
 
 def _occurrence(text: str, quote: str, at: int) -> int:
@@ -323,6 +379,18 @@ def synthesize(corpus, *, n: int, embed: Callable[[list[str]], np.ndarray], seed
     # ask for more than needed: the filters remove some, and the first n survivors are kept
     raw, counts = offline_candidates(corpus, max(n * 2, n + 20), seed=seed, negatives_from=negatives_from,
                                      n_negative=n_negative, stop=stop)
+    return apply_filters(raw, counts, corpus, n=n, n_negative=n_negative, embed=embed, threshold=threshold,
+                         show_pairs=show_pairs, seed=seed, stop=stop)
+
+
+def apply_filters(raw: list[Candidate], counts: dict[str, int], corpus, *, n: int, n_negative: int,
+                  embed: Callable[[list[str]], np.ndarray], threshold: float | None = None, show_pairs: int = 0,
+                  seed: int = 0, stop: frozenset[str] | None = None) -> SynthResult:
+    """The filters of any generator over its candidates ``raw`` (answerable ones in the order to keep them,
+    negatives after): verify the excerpts, refuse compounds, de-duplicate, keep the first ``n`` answerable and
+    ``n_negative`` negatives, flag answer-in-question; each step counted into ``counts``, so that generated =
+    out_of_corpus + compound + duplicates + surplus + kept."""
+    stop = stop or _stopwords()
     counts["generated"] = len(raw)
     items, counts["out_of_corpus"] = verify_excerpts(raw, corpus)
     simple = [it for it in items if not is_compound(it.question)]
@@ -333,7 +401,7 @@ def synthesize(corpus, *, n: int, embed: Callable[[list[str]], np.ndarray], seed
     negatives = [it for it in kept if not it.answerable][:n_negative]
     counts["surplus"] = len(kept) - len(answerable) - len(negatives)
     for it in answerable:
-        if answer_in_question(it.question, it.quote or "", stop):
+        if answer_in_question(it.question, " ".join(it.quotes), stop):
             it.tags.append("answer-in-question")
     counts["answer_in_question"] = sum("answer-in-question" in it.tags for it in answerable)
     counts["kept"] = len(answerable) + len(negatives)
@@ -342,13 +410,16 @@ def synthesize(corpus, *, n: int, embed: Callable[[list[str]], np.ndarray], seed
 
 
 def authoring_lines(result: SynthResult, *, dataset: str, seed: int, embedder: str,
-                    created: dt.date | None = None) -> list[dict]:
-    """The authoring JSONL records (meta line first) ``golden build`` takes unchanged."""
+                    created: dt.date | None = None, pins: dict | None = None) -> list[dict]:
+    """The authoring JSONL records (meta line first) ``golden build`` takes unchanged. ``pins`` (another
+    generator's ``kind``, ``model``, ``prompt_sha``, ...) replace the offline generator's in the meta line's
+    ``generator``. An item's evidence is each of its excerpts (grade 3); its reference answer is them joined
+    by a space."""
     created = created or dt.date.today()
     meta = {"type": "meta", "dataset": dataset, "annotators": [],
             "description": "Synthetic questions (ragassay golden synth): report deltas between configurations "
                            "on it, not absolute scores.",
-            "generator": {"kind": GENERATOR, "model": None, "prompt_sha": None, "seed": seed,
+            "generator": {"kind": GENERATOR, "model": None, "prompt_sha": None, **(pins or {}), "seed": seed,
                           "embedder": embedder, "dedupe_threshold": result.threshold,
                           "dedupe_rule": result.threshold_rule, "filters": dict(result.counts),
                           "date": created.isoformat()}}
@@ -358,26 +429,28 @@ def authoring_lines(result: SynthResult, *, dataset: str, seed: int, embedder: s
                "tags": [f"form:{it.form}", *it.tags], "answerable": it.answerable, "evidence": [],
                "source": "synthetic", "created": created.isoformat()}
         if it.quote is not None:
-            ev = {"doc_id": it.doc_id, "quote": it.quote, "grade": 3}
-            if it.occurrence:
-                ev["occurrence"] = it.occurrence
-            rec["evidence"] = [ev]
-            rec["reference_answer"] = it.quote
+            for quote, occurrence in [(it.quote, it.occurrence), *((e.quote, e.occurrence) for e in it.more)]:
+                ev = {"doc_id": it.doc_id, "quote": quote, "grade": 3}
+                if occurrence:
+                    ev["occurrence"] = occurrence
+                rec["evidence"].append(ev)
+            rec["reference_answer"] = " ".join(it.quotes)
         out.append(rec)
     return out
 
 
-def parse_targets(specs: Sequence[str]) -> dict[str, int]:
-    """``--per-stratum lexical=150 --per-stratum negative=20`` → {stratum: count}; the offline generator
-    writes the lexical and negative strata only."""
+def parse_targets(specs: Sequence[str], generator: str = "offline") -> dict[str, int]:
+    """``--per-stratum lexical=150 --per-stratum negative=20`` → {stratum: count}; each generator writes its
+    own strata only (:data:`GENERATOR_STRATA`: offline lexical and negative, llm paraphrase and negative)."""
+    strata = GENERATOR_STRATA[generator]
     out: dict[str, int] = {}
     for s in specs:
         name, sep, value = s.partition("=")
         if not sep or not value.strip().isdigit() or int(value) < 1:
-            raise InputError(f"--per-stratum {s!r}: write STRATUM=COUNT with a count ≥ 1, e.g. lexical=150")
-        if name not in STRATA:
-            raise InputError(f"--per-stratum {s!r}: the offline generator writes {' and '.join(STRATA)} questions "
-                             "only; other strata need questions written (or edited) by a person")
+            raise InputError(f"--per-stratum {s!r}: write STRATUM=COUNT with a count ≥ 1, e.g. {strata[0]}=150")
+        if name not in strata:
+            raise InputError(f"--per-stratum {s!r}: the {generator} generator writes {' and '.join(strata)} "
+                             "questions only; other strata need questions written (or edited) by a person")
         if name in out:
             raise InputError(f"--per-stratum {name} is given twice; keep one")
         out[name] = int(value)
@@ -390,6 +463,7 @@ def write_authoring(path: Path, lines: list[dict]) -> None:
     atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines))
 
 
-__all__ = ["FORMS", "GENERATOR", "STRATA", "Candidate", "SynthResult", "answer_in_question", "authoring_lines",
-           "dedupe", "dedupe_threshold", "is_compound", "offline_candidates", "parse_targets", "sentences",
-           "synthesize", "verify_excerpts", "write_authoring"]
+__all__ = ["FORMS", "GENERATOR", "GENERATOR_STRATA", "STRATA", "Candidate", "Excerpt", "SynthResult",
+           "answer_in_question", "apply_filters", "authoring_lines", "dedupe", "dedupe_threshold", "is_compound",
+           "offline_candidates", "parse_targets", "passages", "sentences", "synthesize", "verify_excerpts",
+           "write_authoring"]
