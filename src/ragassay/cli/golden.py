@@ -25,17 +25,27 @@ def build(
     corpus: Path = typer.Option(..., "--corpus", help="Corpus directory or .jsonl file."),
     out: Path = typer.Option(..., "-o", "--out", help="Output directory for golden.jsonl + manifest.json."),
     built_at: str = typer.Option(None, help="Timestamp to record (default: newest `created` date)."),
+    agreement: list[Path] = typer.Option(None, "--agreement", help="An annotator's label file (golden agree's "
+                                         "JSONL); give two or more to compute the manifest's annotators and "
+                                         "kappas."),
+    skip_single: bool = typer.Option(False, "--skip-single", help="With --agreement: leave out items only one "
+                                     "annotator labelled (counted in the manifest)."),
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
 ) -> None:
-    """Resolve every quote to a canonical span; fail listing every problem, writing nothing. A bar shows on a
-    terminal while it works (none with --json or when stderr is not a terminal)."""
+    """Resolve every quote to a canonical span; fail listing every problem, writing nothing. With
+    --agreement, the manifest's kappas are computed from the annotators' label files (golden agree), never
+    copied. A bar shows on a terminal while it works (none with --json or when stderr is not a terminal)."""
+    from ragassay.golden.builder import agreement_warnings
+
     with progress(enabled=not json_out) as bar:
         # no total: load_corpus and build_golden report no per-file or per-quote progress
         task = bar.add_task(escape(f"loading the corpus {corpus}"), total=None)
         corp = load_corpus(corpus)
         bar.update(task, description=escape(f"resolving the quotes of {src} against {len(corp)} documents"))
-        gs = build_golden(src, corp, out, built_at=built_at)
+        gs = build_golden(src, corp, out, built_at=built_at, agreement=agreement or (), skip_single=skip_single)
     report_skipped(corp.skipped, corpus)
+    for w in agreement_warnings(gs.manifest):
+        err_console.print(f"warning: {w}", markup=False, soft_wrap=True)
     if json_out:
         print_json(gs.manifest)
         return

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -271,8 +272,69 @@ def _resolve_grouped_by_doc(parsed, corpus: Corpus) -> dict:
             for d, quote, occ in wanted}
 
 
+KAPPA_FIELDS = ("kappa_binary", "kappa_graded")
+
+
+def computed_agreement(paths: Sequence[str | Path], queries: list[GoldenQuery], threshold: int, *,
+                       skip_single: bool = False) -> dict:
+    """The manifest's ``agreement`` block from annotators' label files: :func:`ragassay.golden.agree.agree`
+    with its defaults (1,000 seeded bootstrap resamples, 95%) at the set's ``threshold``, so every figure equals
+    what ``ragassay golden agree FILES --golden G`` prints for the same files. Kappa is Cohen's for two
+    annotators and Light's (the mean over pairs) for more; an undefined figure (0/0) is None with its reason.
+    Each label file is named with its sha256, so the figures can be traced to the labels they came from."""
+    from ragassay.golden.agree import agree, read_labels
+
+    ids = {q.query_id for q in queries}
+    labels = read_labels(paths, query_ids=ids.__contains__)
+    rep = agree(labels, threshold=threshold, skip_single=skip_single)
+    overall = rep["overall"]
+    return {
+        "n_items": overall["n_items"], "n_labels": overall["n_labels"], "n_single": rep["n_single"],
+        "threshold": threshold, "kappa_method": overall["kappa_method"],
+        **{k: overall[k] for k in (*KAPPA_FIELDS, "alpha_ordinal", "alpha_nominal")},
+        "n_resamples": rep["n_resamples"], "seed": rep["seed"], "confidence": rep["confidence"],
+        "label_files": [{"file": Path(p).name, "annotator": a,
+                         "sha256": hashlib.sha256(Path(p).read_bytes()).hexdigest()}
+                        for p, a in zip(paths, labels.annotators, strict=True)],
+    }
+
+
+def _kappa_fields(meta: dict, agreement: dict | None) -> dict:
+    """annotators, kappa_binary, kappa_graded, kappa_source and agreement of the manifest.
+
+    With label files the kappas are the computed ones (``kappa_source: computed``) and any the authoring
+    file declares are kept under ``agreement.declared``, for :func:`agreement_warnings`; without, the declared
+    values are recorded as ``declared`` (typed by hand, not checked); with neither, the source is None."""
+    declared = {k: meta.get(k) for k in KAPPA_FIELDS if meta.get(k) is not None}
+    if agreement is None:
+        return {"annotators": list(meta.get("annotators") or []), **{k: meta.get(k) for k in KAPPA_FIELDS},
+                "kappa_source": "declared" if declared else None, "agreement": None}
+    if declared:
+        declared["annotators"] = list(meta.get("annotators") or [])
+    return {"annotators": [f["annotator"] for f in agreement["label_files"]],
+            **{k: agreement[k]["value"] for k in KAPPA_FIELDS}, "kappa_source": "computed",
+            "agreement": {**agreement, "declared": declared or None}}
+
+
+def agreement_warnings(manifest: dict) -> list[str]:
+    """One line when the authoring file declared kappa values that the label files' computed ones replaced."""
+    agreement = manifest.get("agreement") or {}
+    declared = agreement.get("declared")
+    if not declared:
+        return []
+
+    def show(fields: dict) -> str:
+        return ", ".join(f"{k} {'undefined' if fields.get(k) is None else format(fields[k], '.3f')}"
+                         for k in KAPPA_FIELDS)
+
+    who = f" (annotators {', '.join(declared['annotators'])})" if declared["annotators"] else ""
+    return [f"the authoring file declares {show(declared)}{who}; the manifest records the values computed from "
+            f"the label files instead: {show(manifest)} (annotators {', '.join(manifest['annotators'])}); drop "
+            "the declared ones from the authoring file"]
+
+
 def _manifest(meta: dict, queries: list[GoldenQuery], corpus: Corpus, golden_bytes: bytes,
-              src_name: str, built_at: str | None) -> dict:
+              src_name: str, built_at: str | None, agreement: dict | None = None) -> dict:
     sha = hashlib.sha256(golden_bytes).hexdigest()
     name = meta.get("dataset") or Path(src_name).stem
     created = sorted(q.created for q in queries if q.created)
@@ -295,9 +357,7 @@ def _manifest(meta: dict, queries: list[GoldenQuery], corpus: Corpus, golden_byt
         "label_type": counts["label_type"],
         "relevance_threshold": threshold,
         "hit_rule": hit_rule,
-        "annotators": list(meta.get("annotators") or []),
-        "kappa_binary": meta.get("kappa_binary"),
-        "kappa_graded": meta.get("kappa_graded"),
+        **_kappa_fields(meta, agreement),
         "source_mix": counts["source_mix"],
         "n_evidence": counts["n_evidence"],
         "match_kinds": counts["match_kinds"],
@@ -364,13 +424,19 @@ def _write_atomic_dir(out: Path, files: dict[str, bytes]) -> None:
 
 
 def build_golden(src: str | Path, corpus: Corpus, out: str | Path | None = None, *,
-                 built_at: str | None = None) -> GoldenSet:
+                 built_at: str | None = None, agreement: Sequence[str | Path] = (),
+                 skip_single: bool = False) -> GoldenSet:
     """Resolve every quote of the authoring file `src` against `corpus`; write `out`/ if given.
 
     Raises :class:`GoldenBuildError` listing every problem; nothing is written in that case.
     ``built_at`` defaults to the newest ``created`` date so that rebuilding is byte-identical.
+    ``agreement``: two or more annotators' label files (``golden agree``'s format); the manifest's
+    annotators and kappas are then computed from them (:func:`computed_agreement`; ``skip_single`` as there),
+    never copied, and a bad label file raises :class:`InputError` listing every problem.
     """
     src = Path(src)
+    if skip_single and not agreement:
+        raise InputError("--skip-single applies to label files; give them with --agreement, or drop it")
     if out is not None:
         # refuse a bad -o before the (possibly long) build, and again just before the swap
         fsio.check_output_dir(Path(os.path.abspath(out)), OUTPUT_KIND)
@@ -380,9 +446,11 @@ def build_golden(src: str | Path, corpus: Corpus, out: str | Path | None = None,
     queries, problems = _resolve_all(src, items, corpus)
     if problems:
         raise GoldenBuildError(problems)
+    computed = (computed_agreement(agreement, queries, int(meta.get("relevance_threshold", 2)),
+                                   skip_single=skip_single) if agreement else None)
     lines = [json.dumps(q.model_dump(mode="json"), ensure_ascii=False, sort_keys=True) for q in queries]
     golden_bytes = ("\n".join(lines) + "\n").encode("utf-8")
-    manifest = _manifest(meta, queries, corpus, golden_bytes, src.name, built_at)
+    manifest = _manifest(meta, queries, corpus, golden_bytes, src.name, built_at, computed)
     if out is not None:
         _write_atomic_dir(Path(out), {GOLDEN_FILE: golden_bytes, MANIFEST_FILE: _dump_json(manifest)})
     return GoldenSet(queries, manifest)
