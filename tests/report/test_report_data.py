@@ -94,9 +94,9 @@ def test_report_claims_follow_the_gate_policy_then_the_pipeline_order(tmp_path):
     def claims(metrics):
         return [comp.claim(comp.overall(m)) for m in metrics] + coverage_claims(comp)
 
-    # compare itself writes them in the store's alphabetical metric order
-    assert comp.claims == claims(["abstention_recall", "answer_f1", "ndcg@final_k", "over_refusal",
-                                  "recall@context", "recall@final_k", "recall@fusion_depth"])
+    # compare itself writes them in pipeline order
+    assert comp.claims == claims(["recall@fusion_depth", "recall@final_k", "ndcg@final_k", "recall@context",
+                                  "answer_f1", "abstention_recall", "over_refusal"])
     pipeline = ["recall@final_k", "ndcg@final_k", "recall@context", "abstention_recall", "over_refusal"]
     want = claims(["answer_f1", "recall@fusion_depth", *pipeline])
     assert gated["comparisons"][0]["claims"] == want

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from ragassay.analysis.directions import higher_is_better
+from ragassay.analysis.summary import STAGES, stage_of
 from ragassay.errors import InputError, PinMismatchError
 from ragassay.stats import adjust_pvalues, bootstrap_deltas, mde_paired
 
@@ -48,6 +49,18 @@ RATE_METRICS = ("error", "refused")
 ABSTAIN_METRICS = ("over_refusal", "abstention_recall")
 HEADLINE_METRICS = ("recall@fusion_depth", "recall@final_k", "ndcg@final_k", "recall@context", "answer_f1",
                     "abstention_recall", "over_refusal")
+# The metrics of the report's stage table, in the order a query flows through the pipeline within each stage.
+STAGE_METRICS = ("recall@bm25_depth", "recall@dense_depth", "recall@fusion_depth", "recall@final_k",
+                 "ndcg@final_k", "rr@final_k", "recall@context", "context_tokens", "answer_f1", "answer_em",
+                 "abstention_recall", "over_refusal", "refused", "error", "citation_validity")
+_STAGE_ORDER = {m: i for i, m in enumerate(STAGE_METRICS)}
+
+
+def stage_key(metric: str) -> tuple:
+    """Pipeline order of a metric name: its stage (:data:`ragassay.analysis.summary.STAGES`), then its place in
+    :data:`STAGE_METRICS`, then the name itself, so metrics outside that list follow within their stage by name.
+    Both compare's claims and the report's stage table sort by it."""
+    return STAGES.index(stage_of(metric)), _STAGE_ORDER.get(metric, len(_STAGE_ORDER)), metric
 
 
 @dataclass(frozen=True)
@@ -562,8 +575,9 @@ def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFA
                       (delivered_tokens(store, ra.run_id), delivered_tokens(store, rb.run_id)), coverage=coverage)
     comp.judge_validation = judge_validation(store, (ra, rb), wanted, judge_floor, label_set=judge_label_set)
     judged = {s["metric"] for s in comp.judge_validation}
-    headline = [r for r in rows if r.stratum == "all" and (r.metric in HEADLINE_METRICS or r.metric in judged)
-                and r.defined]
+    # claims read in the order a query flows through the pipeline (retrieval first), as the report's tables do
+    headline = sorted((r for r in rows if r.stratum == "all" and (r.metric in HEADLINE_METRICS or r.metric in judged)
+                       and r.defined), key=lambda r: stage_key(r.metric))
     comp.claims = [comp.claim(r) for r in headline] + coverage_claims(comp)
     return comp
 

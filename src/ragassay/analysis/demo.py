@@ -19,6 +19,7 @@ from pathlib import Path
 from ragassay.analysis.compare import Comparison, compare_runs
 from ragassay.analysis.decomposition import decomposition_between, decomposition_of_run, oracle_ladder
 from ragassay.analysis.gate import GatePolicy, GateResult, MetricPolicy, run_gate
+from ragassay.analysis.golden_status import stored_golden_status
 from ragassay.analysis.report_data import build_report_data
 from ragassay.analysis.runner import load_inputs, run_pipeline_into_store
 from ragassay.analysis.summary import stored_run_summary
@@ -68,6 +69,9 @@ class DemoResult:
     # the judge's validation summary (:func:`judge_validation_summary`) and per-run judge metric statuses;
     # ``kinds`` the summary of each kind validated, ``cascade`` the cascade's measured figures
     judge_validation: dict | None = None
+    # `golden status` on the demo store (:func:`ragassay.analysis.golden_status.stored_golden_status`, its
+    # defaults): saturation and headroom per stratum over the configurations just run
+    golden_status: dict | None = None
 
 
 def demo_attribution(st, run_id: str, corpus, golden, config: Path, cache_dir: Path,
@@ -278,6 +282,9 @@ def run_demo(out: str | Path = "ragassay-demo", *, n_resamples: int = 10_000, co
                 if m["metric"] in statuses.get(name, {}):
                     m["judge_status"] = statuses[name][m["metric"]]["status"]
         t = time.perf_counter()
+        golden_status = stored_golden_status(st, golden)
+        timings["golden_status"] = time.perf_counter() - t
+        t = time.perf_counter()
         comparisons = [compare_runs(st, run_ids[BASELINE], run_ids[c], n_resamples=n_resamples)
                        for c in configs if c != BASELINE]
         timings["compare"] = time.perf_counter() - t
@@ -312,4 +319,4 @@ def run_demo(out: str | Path = "ragassay-demo", *, n_resamples: int = 10_000, co
             timings["report"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
     return DemoResult(out, golden, corpus, run_ids, summaries, comparisons, gate, ladder, decomposition,
-                      attribution, report_path, timings, judge_info)
+                      attribution, report_path, timings, judge_info, golden_status)

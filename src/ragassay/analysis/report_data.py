@@ -12,6 +12,7 @@ import json
 import math
 import re
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,19 +26,19 @@ import pyarrow.json as pj
 from ragassay import __version__
 from ragassay._arrow_json import null_keys
 from ragassay.analysis.compare import coverage_lines
+from ragassay.analysis.compare import stage_key as _stage_key
 from ragassay.analysis.gate import GatePolicy
-from ragassay.analysis.summary import STAGES, run_summary, stage_of
+from ragassay.analysis.summary import run_summary
+from ragassay.errors import InputError
 from ragassay.fsio import atomic_write_bytes
 from ragassay.golden import EvidenceIndex, GoldenSet, HitRule
 
 if TYPE_CHECKING:
     from ragassay.analysis.compare import Comparison
 
-STAGE_METRICS = ("recall@bm25_depth", "recall@dense_depth", "recall@fusion_depth", "recall@final_k",
-                 "ndcg@final_k", "rr@final_k", "recall@context", "context_tokens", "answer_f1", "answer_em",
-                 "abstention_recall", "over_refusal", "refused", "error", "citation_validity")
-_STAGE_ORDER = {m: i for i, m in enumerate(STAGE_METRICS)}
 FOREST_METRIC = "recall@final_k"
+# The provenance section's saturation metric: `golden status`'s default, else what the strata table shows.
+SATURATION_METRICS = ("recall@10", FOREST_METRIC, "answer_f1")
 STRATUM_ROWS_METRICS = ("recall@fusion_depth", "recall@final_k", "ndcg@final_k", "answer_f1")
 MAX_RETRIEVED_SHOWN = 5
 MAX_TEXT = 400
@@ -746,6 +747,7 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
     data["strata_table"] = {"runs": names, "metric": strata_metric, "rows": [
         {"stratum": s, "n": n, "values": [_num(cell[(r.run_id, s)]["mean"]) if (r.run_id, s) in cell else None
                                           for r in recs]} for s, n in strata.items()]}
+    data["golden_provenance"] = golden_provenance(store, recs, golden, summaries)
     # comparisons, forest
     if comparisons:
         # the gate's policy lists the metrics that decide; without a gate, the built-in policy's
@@ -813,16 +815,90 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
     return data
 
 
-def _stage_key(metric: str) -> tuple:
-    """Pipeline order, as the stage table shows the metrics: stage, then STAGE_METRICS, then the name."""
-    return STAGES.index(stage_of(metric)), _STAGE_ORDER.get(metric, len(_STAGE_ORDER)), metric
+def golden_provenance(store, recs, golden: GoldenSet, summaries: dict) -> dict:
+    """Where the golden set's labels came from and how much they still tell (the report's provenance section).
+
+    ``sources``: the manifest's ``source_mix`` (counted from the queries for a manifest without one), the
+    synthetic share k/n and, when any item is synthetic, :func:`~ragassay.analysis.compare.synthetic_note`.
+    ``agreement``: the manifest's annotators and kappas with where they came from (``kappa_source``):
+    ``computed`` (``golden build --agreement``; its ``agreement`` block as ``computed``) or ``declared`` (typed into the authoring file; a
+    manifest from before ``kappa_source`` that carries a kappa copied it from there), None without a kappa.
+    ``judged``: per run, the mean over (query, trial) of judged_fraction@final_k (the share of the final
+    list's top final_k units that touch a labelled span), None when no trial has a list, with the count.
+    ``saturation``: :func:`saturation_section` over these runs."""
+    from ragassay.analysis.compare import synthetic_note
+
+    m = golden.manifest
+    mix = dict(m.get("source_mix") or Counter(q.source for q in golden.queries))
+    n = sum(mix.values())
+    has_kappa = any(m.get(k) is not None for k in ("kappa_binary", "kappa_graded"))
+    source = m.get("kappa_source", "declared" if has_kappa else None)
+    judged = []
+    for r in recs:
+        jf = summaries[r.run_id]["judged_fraction"]
+        judged.append({"run": r.name, "k": pins_of(r, store.metrics(r.run_id))["final_k"], "mean": jf["mean"],
+                       "n": jf["n"], "n_undefined": jf["n_undefined"]})
+    return {
+        "sources": {"n": n, "source_mix": mix, "synthetic_share": mix.get("synthetic", 0) / n if n else None,
+                    "note": synthetic_note({"a": mix})},
+        "agreement": {"annotators": list(m.get("annotators") or []), "kappa_binary": m.get("kappa_binary"),
+                      "kappa_graded": m.get("kappa_graded"), "kappa_source": source,
+                      "computed": m.get("agreement")},
+        "judged": judged,
+        "saturation": saturation_section(store, recs, golden),
+    }
+
+
+def saturation_section(store, recs, golden: GoldenSet) -> dict:
+    """Per stratum, ``golden status``'s saturation over the report's runs (docs/labels.md, "Golden status"):
+    :func:`ragassay.analysis.golden_status.run_scores` and :func:`ragassay.golden.status.golden_status` with
+    their defaults, on the first of :data:`SATURATION_METRICS` a run holds. Runs of another dataset version,
+    unfinished or without that metric are left out and listed with why; with none left, ``strata`` is empty
+    and ``reason`` says why. An undefined figure (a stratum with no defined value) stays None."""
+    from ragassay.analysis.golden_status import run_scores
+    from ragassay.golden.status import golden_status
+
+    have = {r.run_id: set(store.metrics(r.run_id)) for r in recs}
+    metric = next((x for x in SATURATION_METRICS if any(x in h for h in have.values())), None)
+    out: dict = {"metric": metric, "rule": None, "configs": [], "latest_run": None, "excluded": [], "strata": [],
+                 "reason": None}
+    if metric is None:
+        out["reason"] = f"no run holds {' or '.join(SATURATION_METRICS)}"
+        return out
+    keep = []
+    for r in recs:
+        if r.dataset_version != golden.dataset_version:
+            out["excluded"].append({"run": r.name, "reason": f"scored on golden version {r.dataset_version}"})
+        elif r.status != "complete":
+            out["excluded"].append({"run": r.name, "reason": f"{r.status}, not complete"})
+        elif metric not in have[r.run_id]:
+            out["excluded"].append({"run": r.name, "reason": f"has no {metric} rows"})
+        else:
+            keep.append(r)
+    if not keep:
+        out["reason"] = "no complete run of this golden version holds " + metric
+        return out
+    keep.sort(key=lambda r: r.run_id)  # oldest first, as golden status reads them (run ids are ULIDs)
+    try:
+        rep = golden_status(golden, [run_scores(store, r, golden, [metric]) for r in keep], [metric])
+    except InputError as e:
+        out["reason"] = str(e)
+        return out
+    out.update(rule=rep["rule"], configs=rep["configs"], latest_run=rep["latest_run"])
+    for s in rep["strata"]:
+        f = s["metrics"][metric]
+        out["strata"].append({"stratum": s["stratum"], "n_items": s["n_items"], "best": f["best"],
+                              "best_run": f["best_run"], "latest": f["latest"], "headroom": f["headroom_best"],
+                              "saturated": f["saturated"], "n_passed_by_all": len(s["passed_by_all"]),
+                              "n_undefined_items": s["n_undefined_items"]})
+    return out
 
 
 def claims_in_policy_order(comp: Comparison, policy_metrics: list[str]) -> list[str]:
     """``comp.claims`` reordered for the page: the claims on the policy's metrics first, in the order the
     policy lists them, then the other metrics' claims in pipeline order (:func:`_stage_key`), then the
     claims that are not about one metric (the coverage claims) as compare wrote them. compare writes its
-    metric claims in the store's alphabetical metric order. Every claim is kept, none is added."""
+    metric claims in pipeline order. Every claim is kept, none is added."""
     metric_of = {comp.claim(r): r.metric for r in comp.rows if r.stratum == "all" and r.defined}
     rank = {m: i for i, m in enumerate(policy_metrics)}
 

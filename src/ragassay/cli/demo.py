@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
+from ragassay.analysis.compare import synthetic_note
 from ragassay.analysis.summary import STAGES, stage_of
 from ragassay.cli.common import console, esc, print_json
 from ragassay.cli.compare import print_gate
@@ -187,6 +188,39 @@ def _cascade_line(c: dict) -> Text:
                 f"{_est(t['tier2']['kappa'], False)}; escalated {_share(c['escalated'])}; {saved}")
 
 
+def sources_line(manifest: dict) -> Text:
+    """Where the golden items came from: each source's count and share of n, and for a set with synthetic
+    items the note ``compare`` prints (a purely synthetic set: read the deltas, not the absolute means)."""
+    mix = dict(manifest.get("source_mix") or {})
+    n = sum(mix.values())
+    parts = [f"{src} {k} ({k / n:.0%})" for src, k in (("human", mix.get("human", 0)),
+                                                         ("synthetic", mix.get("synthetic", 0)))]
+    parts += [f"{src} {k} ({k / n:.0%})" for src, k in mix.items() if src not in ("human", "synthetic")]
+    note = synthetic_note({"a": mix})
+    return Text(f"golden sources: {', '.join(parts)} of {n} items" + (f"; {note}" if note else "") if n
+                else "golden sources: no items")
+
+
+def saturation_line(status: dict) -> Text:
+    """`golden status` in one line: how many strata are saturated on its metric over the configurations run,
+    which are undefined (a stratum with no defined value, or a configuration with < 2), and where the most
+    headroom is left; runs left out are counted."""
+    metric = status["metrics"][0]
+    rows = [(s["stratum"], s["metrics"][metric]) for s in status["strata"]]
+    saturated = [name for name, f in rows if f["saturated"]]
+    undefined = [name for name, f in rows if f["saturated"] is None]
+    left = sum(v for k, v in status["excluded"].items() if k.startswith("n_"))
+    text = (f"saturation (golden status, {metric} over {len(status['configs'])} configurations"
+            + (f", {left} run(s) left out" if left else "") + f"): {len(saturated)} of {len(rows)} strata "
+            "saturated" + (f" ({', '.join(saturated)})" if saturated else "")
+            + (f", {len(undefined)} undefined ({', '.join(undefined)})" if undefined else ""))
+    room = [(f["headroom_best"], name, f) for name, f in rows if f["headroom_best"] is not None]
+    if room:
+        h, name, f = max(room)
+        text += f"; most headroom: {name} {h:.3f} (best {f['best_run']} {f['best']:.3f})"
+    return Text(text)
+
+
 def demo_json(res) -> dict:
     """What `demo --json` prints: every figure of the demo, the judge's validation summary and the validation
     status of each run's judge metrics (a judge metric's mean in ``summaries`` carries ``judge_status``)."""
@@ -198,7 +232,7 @@ def demo_json(res) -> dict:
                                  "kinds": res.judge_validation["kinds"],
                                  "cascade": res.judge_validation["cascade"],
                                  "statuses": res.judge_validation["statuses"]},
-            "timings_s": res.timings}
+            "golden_status": res.golden_status, "timings_s": res.timings}
 
 
 def demo(
@@ -229,6 +263,8 @@ def demo(
     console.print(f"[bold]ragassay demo[/]: {len(corpus)} license documents ({corpus.n_chars:,} characters), "
                   f"four configurations")
     print_manifest_summary(res.golden.manifest)
+    console.print(sources_line(res.golden.manifest))
+    console.print(saturation_line(res.golden_status))
     console.print("\n[bold]judge validation[/] (docs/judge-validation.md):")
     for summary in res.judge_validation["kinds"].values():
         for line in _judge_block(summary):

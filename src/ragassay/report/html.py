@@ -191,6 +191,7 @@ def build_context(data: Mapping) -> dict:
         "csp": _csp(script),
         "runs": _runs_view(runs, run_names),
         "manifest": _manifest_view(data["manifest"]) if "manifest" in data else None,
+        "provenance": _provenance_view(data["golden_provenance"]) if "golden_provenance" in data else None,
         "stage_table": _stage_view(data["stage_table"]) if "stage_table" in data else None,
         "strata_table": _strata_view(data["strata_table"]) if "strata_table" in data else None,
         "comparisons": [
@@ -255,6 +256,7 @@ def build_context(data: Mapping) -> dict:
             ("ablation", "Ablation", "ablation"),
             ("judge-validation", "Judge validation", "judge_validation"),
             ("runs", "Runs & pins", "runs"),
+            ("provenance", "Golden provenance", "provenance"),
             ("manifest", "Golden set", "manifest"),
             ("worst", "Worst regressions", "worst"),
             ("per-query", "Queries", "queries"),
@@ -324,6 +326,136 @@ def _manifest_view(m: object) -> dict:
     elif "strata" in m:
         scalars.append(("strata", fmt.value_text(m["strata"])))
     return {"scalars": scalars, "strata": strata}
+
+
+KAPPA_SOURCE_TEXT = {"computed": "computed by golden agree", "declared": "declared in the authoring file"}
+
+
+def _opt_number(x: object, path: str) -> object:
+    if x is not None and not fmt.is_number(x):
+        raise _fail(path, f"must be a number or null, got {x!r}", "write null for undefined")
+    return x
+
+
+def _count(x: object, path: str) -> int:
+    if not fmt.is_number(x) or float(x) != int(x) or x < 0:
+        raise _fail(path, f"must be a count (an integer >= 0), got {x!r}", "give the number of items")
+    return int(x)
+
+
+def _estimate_text(e: object, path: str) -> str:
+    """A computed figure (``{"value", "ci_low", "ci_high", "undefined_reason"}``) as "0.712 [0.60, 0.81]"."""
+    e = _mapping(e, path)
+    if not fmt.is_defined(_opt_number(e.get("value"), f"{path}.value")):
+        why = e.get("undefined_reason")
+        return fmt.UNDEFINED + (f" ({why})" if why else "")
+    lo, hi = _opt_number(e.get("ci_low"), f"{path}.ci_low"), _opt_number(e.get("ci_high"), f"{path}.ci_high")
+    return fmt.num(e["value"]) + (f" {fmt.ci(lo, hi)}" if fmt.is_defined(lo) and fmt.is_defined(hi) else "")
+
+
+def _provenance_view(p: object) -> dict:
+    """The golden set's provenance (docs/report.md): sources and the synthetic share, annotators and kappa
+    with where the kappa came from, each run's judged fraction, and saturation per stratum."""
+    path = "golden_provenance"
+    p = _mapping(p, path)
+    src = _mapping(_need(p, "sources", path), f"{path}.sources")
+    mix = _mapping(_need(src, "source_mix", f"{path}.sources"), f"{path}.sources.source_mix")
+    n = sum(_count(v, f"{path}.sources.source_mix.{k}") for k, v in mix.items())
+    share = _opt_number(src.get("synthetic_share"), f"{path}.sources.synthetic_share")
+    n_syn = _count(mix.get("synthetic", 0), f"{path}.sources.source_mix.synthetic")
+    sources = {
+        "mix": [{"source": str(k), "n": int(v), "share": f"{int(v) / n:.0%}" if n else fmt.UNDEFINED}
+                for k, v in mix.items()],
+        "n": n,
+        "synthetic": fmt.UNDEFINED if share is None else f"{share:.0%}",
+        "all_synthetic": bool(n) and n_syn == n,
+        "note": str(src["note"]) if src.get("note") else None,
+    }
+    ag = _mapping(_need(p, "agreement", path), f"{path}.agreement")
+    kinds = {k: _opt_number(ag.get(k), f"{path}.agreement.{k}") for k in ("kappa_binary", "kappa_graded")}
+    source = ag.get("kappa_source")
+    if source is not None and source not in KAPPA_SOURCE_TEXT:
+        raise _fail(f"{path}.agreement.kappa_source", f"must be computed, declared or null, got {source!r}",
+                    "see docs/report.md")
+    computed = None
+    if ag.get("computed") is not None:
+        c = _mapping(ag["computed"], f"{path}.agreement.computed")
+        cp = f"{path}.agreement.computed"
+        computed = {
+            "n_items": _count(_need(c, "n_items", cp), f"{cp}.n_items"),
+            "n_single": _count(c.get("n_single", 0), f"{cp}.n_single"),
+            "method": "Cohen's kappa" if c.get("kappa_method") == "cohen" else "Light's kappa (mean over pairs)",
+            "figures": [(k, _estimate_text(c[k], f"{cp}.{k}"))
+                        for k in ("kappa_binary", "kappa_graded", "alpha_ordinal", "alpha_nominal") if k in c],
+            "files": [{"file": str(f.get("file", "")), "annotator": str(f.get("annotator", "")),
+                       "sha256": str(f.get("sha256", ""))}
+                      for f in (_mapping(x, f"{cp}.label_files[{i}]")
+                                for i, x in enumerate(_list(c.get("label_files", []), f"{cp}.label_files")))],
+        }
+    agreement = {
+        "annotators": [str(a) for a in _list(ag.get("annotators") or [], f"{path}.agreement.annotators")],
+        "kappas": [(k, fmt.num(v) if v is not None else ("undefined" if source == "computed" else "not recorded"))
+                   for k, v in kinds.items()],
+        "source": KAPPA_SOURCE_TEXT.get(source) if source else None,
+        "declared": source == "declared",
+        "computed": computed,
+    }
+    judged = []
+    for i, j in enumerate(_list(p.get("judged", []), f"{path}.judged")):
+        jp = f"{path}.judged[{i}]"
+        j = _mapping(j, jp)
+        k = _opt_number(j.get("k"), f"{jp}.k")
+        judged.append({"run": str(_need(j, "run", jp)), "k": fmt.num(k) if k is not None else "—",
+                       "cell": _cell(_opt_number(j.get("mean"), f"{jp}.mean"), j.get("n"), j.get("n_undefined"))})
+    return {"sources": sources, "agreement": agreement, "judged": judged,
+            "saturation": _saturation_view(p.get("saturation"), f"{path}.saturation")}
+
+
+def _saturation_view(s: object, path: str) -> dict | None:
+    if s is None:
+        return None
+    s = _mapping(s, path)
+    rule = s.get("rule")
+    rule_text = None
+    if rule is not None:
+        rule = _mapping(rule, f"{path}.rule")
+        t, floor = (_opt_number(rule.get(k), f"{path}.rule.{k}") for k in ("threshold", "ci_floor"))
+        conf = _opt_number(rule.get("confidence"), f"{path}.rule.confidence")
+        rule_text = (f"every configuration's stratum mean ≥ {fmt.value_text(t)} and the lower bound of its "
+                     f"{fmt.value_text(100 * conf) if conf is not None else '95'}% t interval ≥ "
+                     f"{fmt.value_text(floor)}")
+    rows = []
+    for i, r in enumerate(_list(s.get("strata", []), f"{path}.strata")):
+        rp = f"{path}.strata[{i}]"
+        r = _mapping(r, rp)
+        sat = r.get("saturated")
+        if sat is not None and not isinstance(sat, bool):
+            raise _fail(f"{rp}.saturated", f"must be true, false or null, got {sat!r}", "null means undefined")
+        rows.append({
+            "stratum": str(_need(r, "stratum", rp)),
+            "n_items": _count(r.get("n_items", 0), f"{rp}.n_items"),
+            "best": _cell(_opt_number(r.get("best"), f"{rp}.best")),
+            "best_run": str(r["best_run"]) if r.get("best_run") is not None else None,
+            "latest": _cell(_opt_number(r.get("latest"), f"{rp}.latest")),
+            "headroom": _cell(_opt_number(r.get("headroom"), f"{rp}.headroom")),
+            "saturated": fmt.UNDEFINED if sat is None else ("yes" if sat else "no"),
+            "saturated_class": "warn" if sat else "",  # a saturated stratum can no longer show a gain
+            "n_passed_by_all": _count(r.get("n_passed_by_all", 0), f"{rp}.n_passed_by_all"),
+            "n_undefined_items": _count(r.get("n_undefined_items", 0), f"{rp}.n_undefined_items"),
+        })
+    return {
+        "metric": str(s.get("metric") or ""),
+        "rule": rule_text,
+        "configs": [str(c) for c in _list(s.get("configs", []), f"{path}.configs")],
+        "latest_run": str(s["latest_run"]) if s.get("latest_run") is not None else None,
+        "excluded": [{"run": str(e.get("run", "")), "reason": str(e.get("reason", ""))}
+                     for e in (_mapping(x, f"{path}.excluded[{i}]")
+                               for i, x in enumerate(_list(s.get("excluded", []), f"{path}.excluded")))],
+        "rows": rows,
+        "n_saturated": sum(r["saturated"] == "yes" for r in rows),
+        "n_undefined": sum(r["saturated"] == fmt.UNDEFINED for r in rows),
+        "reason": str(s["reason"]) if s.get("reason") else None,
+    }
 
 
 def _cell(value: object, n_def: object = None, n_undef: object = None) -> dict:
