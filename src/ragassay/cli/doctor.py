@@ -17,7 +17,10 @@ Project (what is given): the anti-patterns that can be seen in files (the table 
 - a judge metric whose judge gave a verdict on under :data:`JUDGED_FLOOR` of the answers it could judge (WARN);
 - a judge of the generator's model family (self-preference; WARN);
 - a golden set built against another corpus, or older than corpus files that changed since (FAIL / WARN);
-- metrics without a stated hit rule, in the golden manifest or a stored run (FAIL).
+- metrics without a stated hit rule, in the golden manifest or a stored run (FAIL);
+- stored runs of a purely synthetic golden set (WARN: report deltas, not absolute scores);
+- golden labels with no agreement record: no kappa in the manifest, or kappa typed by hand (WARN);
+- a stratum the stored runs saturate still in the regression tier (the gate tier) of a ``--tiers`` file (WARN).
 
 Exit codes like ``gate``: 0 when nothing FAILs (PASS or WARN), 1 on a FAIL, 2 on bad input.
 """
@@ -490,19 +493,21 @@ def judged_fraction_checks(runs) -> list[Check]:
     return out
 
 
-def golden_checks(golden: Path, corpus: Path | None) -> list[Check]:
+def golden_checks(golden: Path, corpus: Path | None) -> tuple[list[Check], dict | None]:
+    """The checks of a golden set and its corpus, and the built set's manifest (None for an authoring file)."""
     from ragassay.corpus import load_corpus
     from ragassay.golden import load_golden
 
     out, _ = label_checks(golden)
     if not golden.is_dir():  # an authoring file: its labels are all there is to check before it is built
-        return out
+        return out, None
     gs = load_golden(golden)
     m = gs.manifest
     out.insert(0, Check("golden set", "PASS", f"{golden}: {len(gs)} queries, dataset {gs.dataset_version}"))
     out.append(Check("hit rule", "PASS" if m.get("hit_rule") else "FAIL", f"hit rule {m.get('hit_rule')!r}",
                      "" if m.get("hit_rule") else "rebuild the golden set: the manifest must state its hit rule "
                      "(see docs/corpus-and-golden.md)"))
+    out.append(agreement_check(m))
     if corpus is not None:
         corp = load_corpus(corpus)
         ok = m.get("corpus_digest") == corp.digest
@@ -519,7 +524,160 @@ def golden_checks(golden: Path, corpus: Path | None) -> list[Check]:
                              "corpus files changed after the golden set was built" if stale
                              else "golden set built against the current corpus",
                              "rebuild and re-review the golden set" if stale else ""))
-    return out
+    return out, m
+
+
+KAPPA_FIELDS = ("kappa_binary", "kappa_graded")
+
+
+def _kappa_text(m: dict) -> str:
+    return ", ".join(f"{k} {'undefined' if m.get(k) is None else format(m[k], '.3f')}" for k in KAPPA_FIELDS)
+
+
+def agreement_check(manifest: dict) -> Check:
+    """Do the golden labels carry an agreement record? WARN when the manifest has no kappa at all (both
+    ``kappa_binary`` and ``kappa_graded`` null: nobody measured whether two annotators would label the same
+    way), or when its kappa was typed into the authoring file (``kappa_source: declared``) rather than
+    computed from annotators' label files; a manifest built before ``kappa_source`` existed counts by its
+    values alone."""
+    source = manifest.get("kappa_source")
+    who = ", ".join(manifest.get("annotators") or []) or "none named"
+    fix = ("have two or more annotators label the same items, measure them with ragassay golden agree A.jsonl "
+           "B.jsonl --golden G and build with the label files (golden build --agreement A.jsonl --agreement "
+           "B.jsonl) so the manifest's kappa is computed, not typed (see docs/labels.md)")
+    if all(manifest.get(k) is None for k in KAPPA_FIELDS):
+        how = " (computed, but undefined: every label the same, or no item in common)" if source == "computed" \
+            else ""
+        return Check("agreement", "WARN", f"the golden labels have no agreement record: {_kappa_text(manifest)}"
+                     f"{how} (annotators: {who}); a label no second person checked may be the annotator's own "
+                     "reading (see docs/labels.md)", fix)
+    if source == "declared":
+        return Check("agreement", "WARN", f"the manifest's {_kappa_text(manifest)} were declared in the authoring "
+                     f"file, not computed from label files (annotators: {who}); nothing checks them (see "
+                     "docs/labels.md)", fix)
+    return Check("agreement", "PASS", f"{_kappa_text(manifest)}"
+                 f"{' computed from the label files' if source == 'computed' else ''} (annotators: {who})")
+
+
+def _all_synthetic(sources) -> bool:
+    """A golden source mix (``{source: count}``) with items, every one of them synthetic."""
+    return isinstance(sources, dict) and bool(sources) and set(sources) == {"synthetic"}
+
+
+def synthetic_checks(store: Path, manifest: dict | None) -> list[Check]:
+    """Stored runs scored on a golden set whose items are all synthetic: the run's recorded
+    ``golden_sources``, or the ``--golden`` manifest's ``source_mix`` for the runs of its dataset version.
+    Synthetic questions are single-hop and lexically close to their passage, so absolute means flatter
+    every system; a delta between two runs on the same set still measures the change."""
+    from ragassay.store import Store
+
+    runs = []
+    if store.exists():
+        with Store.open(store, read_only=True) as st:
+            runs = st.list_runs()
+    version = manifest.get("dataset_version") if manifest and _all_synthetic(manifest.get("source_mix")) else None
+    hit = [r for r in runs if _all_synthetic((r.extra or {}).get("golden_sources"))
+           or (version is not None and r.dataset_version == version)]
+    if hit:
+        sets = sorted({r.dataset_version or "unknown version" for r in hit})
+        return [Check("synthetic golden", "WARN",
+                      f"{len(hit)} stored run(s) scored on a golden set whose items are all synthetic "
+                      f"({', '.join(sets[:3])}): {', '.join(r.name for r in hit[:5])}"
+                      f"{', ...' if len(hit) > 5 else ''}; report deltas, not absolute scores (see docs/labels.md)",
+                      "quote the change between runs on this set, not their levels: synthetic questions are "
+                      "single-hop and worded like their passage, so every system reads high; add questions people "
+                      "wrote or asked (source: human or production) before quoting an absolute score")]
+    if manifest is None:
+        return []
+    mix = ", ".join(f"{k} {v}" for k, v in (manifest.get("source_mix") or {}).items()) or "no items"
+    why = "no stored run scores it" if version is not None else "not purely synthetic"
+    return [Check("synthetic golden", "PASS", f"golden sources: {mix} ({why})")]
+
+
+def _tiers_problems(data) -> list[str]:
+    """What a tier file lacks to be checked: the keys `golden status --tiers-out` writes, with their types."""
+    if not isinstance(data, dict):
+        return ["its body is not a mapping"]
+    problems = []
+    if not isinstance(data.get("dataset_version"), str):
+        problems.append("dataset_version: missing or not a string")
+    metrics = data.get("metrics")
+    if not (isinstance(metrics, list) and metrics and all(isinstance(m, str) for m in metrics)):
+        problems.append("metrics: missing or not a list of metric names")
+    rule = data.get("rule")
+    if not isinstance(rule, dict):
+        problems.append("rule: missing or not a mapping")
+    else:
+        for key, kinds in (("threshold", (int, float)), ("ci_floor", (int, float)), ("smoke_size", int),
+                           ("seed", int)):
+            v = rule.get(key)
+            if isinstance(v, bool) or not isinstance(v, kinds):
+                problems.append(f"rule.{key}: missing or not a number")
+    gate = (data.get("tiers") or {}).get("regression") if isinstance(data.get("tiers"), dict) else None
+    ids = gate.get("query_ids") if isinstance(gate, dict) else None
+    if not (isinstance(ids, list) and all(isinstance(q, str) for q in ids)):
+        problems.append("tiers.regression.query_ids: missing or not a list of query ids")
+    return problems
+
+
+def tier_checks(tiers: Path, golden: Path, store: Path) -> list[Check]:
+    """A stratum the stored runs saturate whose items the tier file still puts in the regression tier, the
+    tier that gates a change (spec §14.1): the gate spends its time where no configuration can move, when a
+    saturated stratum belongs in smoke (§13.6). Saturation is `golden status`'s rule
+    (:func:`ragassay.analysis.golden_status.stored_golden_status`) with the metrics and rule the tier file
+    was written with, over the store's runs now."""
+    from ragassay.analysis.golden_status import stored_golden_status
+    from ragassay.cli.golden_status import TIERS_HEADER
+    from ragassay.golden import load_golden
+    from ragassay.golden.status import StatusOptions
+    from ragassay.store import Store
+    from ragassay.yamlio import load_yaml, read_utf8
+
+    text = read_utf8(tiers, "golden tiers")
+    if text.split("\n", 1)[0].rstrip("\r") != TIERS_HEADER:
+        raise InputError(f"{tiers}: not a tier file (its first line is not the `# ragassay golden tiers` header); "
+                         "write one with ragassay golden status --golden G --tiers-out FILE")
+    data = load_yaml(tiers, "golden tiers")
+    problems = _tiers_problems(data)
+    if problems:
+        raise InputError("\n".join(f"{tiers}: {p}; rewrite it with ragassay golden status --tiers-out"
+                                    for p in problems))
+    if not golden.is_dir():
+        raise InputError(f"{golden}: --tiers needs the built golden set folder the tiers were written for")
+    gs = load_golden(golden)
+    if data["dataset_version"] != gs.dataset_version:
+        raise InputError(f"{tiers}: written for golden version {data['dataset_version']!r}, but --golden is "
+                         f"{gs.dataset_version!r}; pass the set it was written for, or rewrite the tiers")
+    if not store.exists():
+        raise InputError(f"{store}: no such store; saturation is read from stored runs, pass them with --store")
+    stratum_of = {q.query_id: q.stratum for q in gs.queries}
+    gate = data["tiers"]["regression"]["query_ids"]
+    unknown = [q for q in gate if q not in stratum_of]
+    if unknown:
+        raise InputError(f"{tiers}: the regression tier names {len(unknown)} query id(s) the golden set does not "
+                         f"hold ({', '.join(unknown[:5])}); rewrite it with ragassay golden status --tiers-out")
+    rule = data["rule"]
+    options = StatusOptions(threshold=float(rule["threshold"]), ci_floor=float(rule["ci_floor"]),
+                            smoke_size=rule["smoke_size"], seed=rule["seed"])
+    with Store.open(store, read_only=True) as st:
+        rep = stored_golden_status(st, gs, metrics=data["metrics"], options=options)
+    size = {s["stratum"]: s["n_items"] for s in rep["strata"]}
+    gating = {s: sum(stratum_of[q] == s for q in gate) for s in rep["saturated_strata"]}
+    gating = {s: n for s, n in gating.items() if n}
+    metrics = ", ".join(data["metrics"])
+    rule_text = (f"every configuration's mean >= {options.threshold:g} with 95% lower bound >= "
+                 f"{options.ci_floor:g} on {metrics}, over {len(rep['configs'])} configuration(s) stored")
+    if not gating:
+        saturated = ", ".join(rep["saturated_strata"]) or "none"
+        return [Check("tiers", "PASS", f"{tiers}: no stratum the stored runs saturate is in the regression tier "
+                      f"(saturated: {saturated}; {rule_text})")]
+    listed = ", ".join(f"{s} ({n} of its {size[s]} items)" for s, n in gating.items())
+    return [Check("tiers", "WARN", f"{tiers}: saturated stratum(s) still in the regression tier, the one that "
+                  f"gates a change: {listed}; saturated = {rule_text}. The gate spends its time where no "
+                  "configuration can move (see docs/labels.md)",
+                  f"retire them to smoke: ragassay golden status --golden {golden} --store {store} --tiers-out "
+                  f"{tiers} rewrites the tiers from the stored runs, so the items every configuration passes "
+                  "and no run failed leave the regression tier; then build a harder stratum in their place")]
 
 
 def doctor(
@@ -530,6 +688,9 @@ def doctor(
     policy: Path = typer.Option(None, "--policy", help="Gate policy to check (raw thresholds, sample size)."),
     judge: Path = typer.Option(None, "--judge", help="Judge config to check against the --config generators "
                                                       "(same model family: self-preference)."),
+    tiers: Path = typer.Option(None, "--tiers", help="Tier file written by `golden status --tiers-out`: is a "
+                                                     "stratum the stored runs saturate still in the regression "
+                                                     "tier? Needs the built --golden set."),
     sigma_d: float = typer.Option(0.25, "--sigma-d",
                                   help="SD of per-query differences for the sample-size check (the middle of the "
                                        "values docs/stats.md works through; measure yours with compare's σ_d); a "
@@ -540,7 +701,9 @@ def doctor(
     chunk ids, no negative queries, n too small for the policy's minimum effect (counting for each metric the
     queries it is defined on), single-trial runs of a stochastic pipeline, a reranker offered no more
     candidates than it keeps, a gate on raw thresholds, unvalidated judges, judge metrics with few verdicts, a
-    judge of the generator's model family, a golden set stale against its corpus, no stated hit rule.
+    judge of the generator's model family, a golden set stale against its corpus, no stated hit rule, runs of a
+    purely synthetic golden set, golden labels with no agreement record, a saturated stratum still in the
+    regression tier of --tiers.
 
     Every line is PASS / WARN / FAIL with the docs page that explains it and the fix. Exit code 0 when nothing
     FAILs (PASS or WARN), 1 on a FAIL, 2 on bad input — like gate."""
@@ -548,11 +711,17 @@ def doctor(
     if judge is not None and not config:
         raise InputError("--judge is checked against the generators of the --config files; pass the pipeline "
                          "configs it judges with --config")
+    if tiers is not None and golden is None:
+        raise InputError("--tiers is read against the built golden set it was written for; pass it with --golden")
     checks = environment_checks(Path.cwd()) + store_checks(store)
-    queries = None
+    queries = manifest = None
     if golden is not None:
-        checks += golden_checks(golden, corpus)
+        found, manifest = golden_checks(golden, corpus)
+        checks += found
         queries = _raw_queries(golden)
+    checks += synthetic_checks(store, manifest)
+    if tiers is not None:
+        checks += tier_checks(tiers, golden, store)
     if policy is not None:
         checks += policy_checks(policy, queries, sigma_d)
     if config:
