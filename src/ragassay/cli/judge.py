@@ -73,11 +73,10 @@ def judge(
             raise InputError(f"{path}: the traces of run {rec.name} are not there; pass them with --traces")
         header, recs, problems = read_traces(path)
         corp, gs = load_inputs(corpus, golden)
-        # no total: judge_stored_run reports no per-answer progress, so the bar pulses with the elapsed time
-        bar.add_task(esc(f"judging {len(recs)} answers of run {rec.name} with {cfg.pins()['judge_model']}"),
-                     total=None)
+        tick = counting(bar, f"judging {len(recs)} answers of run {rec.name} with {cfg.pins()['judge_model']}")
         summary = judge_stored_run(st, rec.run_id, recs, gs, corp, cfg, resume=resume,
-                                   open_client=executor_client(executor), header=header, traces_label=str(path))
+                                   open_client=executor_client(executor), header=header, traces_label=str(path),
+                                   progress=tick)
     out = summary.to_dict()
     out["trace_problems"] = len(problems)
     if json_out:
@@ -86,6 +85,17 @@ def judge(
     if problems:
         console.print(f"warning: {len(problems)} malformed trace record(s) in {esc(path)} were skipped")
     print_judge_summary(summary)
+
+
+def counting(bar, label: str):
+    """A task on ``bar`` titled ``label`` and the ``progress(done, total)`` callback a judging loop calls: the
+    bar fills and the title ends in the count (``judging 6 answers ... 3/6``). Until the first call it pulses."""
+    task = bar.add_task(esc(label), total=None)
+
+    def tick(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total, description=f"{esc(label)} {done}/{total}")
+
+    return tick
 
 
 def print_judge_summary(summary) -> None:
@@ -213,9 +223,9 @@ def validate(
         path = _labels_path(labels, kind)
         with Store.open(store) as st:
             with progress(enabled=not json_out) as bar:
-                bar.add_task(esc(f"judging the pairwise labels of {path.name} with {cfg.pins()['judge_model']}"),
-                             total=None)
-                figures, calls, label_set = validate_pairwise(cfg, path, st, floor=floor, **opts)
+                tick = counting(bar, f"judging the pairwise labels of {path.name} with "
+                                     f"{cfg.pins()['judge_model']}")
+                figures, calls, label_set = validate_pairwise(cfg, path, st, floor=floor, progress=tick, **opts)
             record = validation_record(pairwise_pins(cfg), label_set, figures, calls=calls, kind="pairwise")
             record["validation_id"] = st.record_judge_validation(record)
         _finish_validation(record, default, label_set, str(judge_config), json_out)
@@ -239,24 +249,24 @@ def validate(
                          f"earn the gate's floor. Label more items (--min-per-class {min_per_class}, --min-items "
                          f"{min_items}); nothing was judged or recorded")
     with Store.open(store) as st, progress(enabled=not json_out) as bar:
-        # no total: run_kind reports no per-item progress, so the bar pulses with the elapsed time
-        task = bar.add_task(esc(f"judging {len(label_set.items)} {kind} labels with {cfg.pins()['judge_model']}"),
-                            total=None)
-        judged, calls = run_kind(cfg, kind, label_set.items, st)
+        tick = counting(bar, f"judging {len(label_set.items)} {kind} labels with {cfg.pins()['judge_model']}")
+        judged, calls = run_kind(cfg, kind, label_set.items, st, progress=tick)
         if calls["stopped"]:
             from ragassay.judges.providers import JudgeStopped
 
             raise JudgeStopped(f"judge run stopped: {calls['stopped']}; finished calls are stored: rerun (with a "
                                "higher spend_cap) to pay only for the rest. No validation was recorded")
-        bar.update(task, description=f"validating against {len(label_set.items)} labels ({resamples} resamples)")
+        # the bootstrap reports no progress: its own task pulses with the elapsed time
+        task = bar.add_task(f"validating against {len(label_set.items)} labels ({resamples} resamples)", total=None)
         figures = validate_judgements(label_set.items, judged, kind=kind, scale=scale, judge_family=judge_family,
                                       max_false_pass=max_false_pass, max_false_fail=max_false_fail, **opts)
         cascade = None
         if cfg1 is not None:
             from ragassay.judges.cascade import cascade_figures
 
-            bar.update(task, description=esc(f"judging them with tier 1 {cfg1.pins()['judge_model']}"))
-            judged1, _ = run_kind(cfg1, kind, label_set.items, st)
+            bar.update(task, visible=False)
+            judged1, _ = run_kind(cfg1, kind, label_set.items, st, progress=counting(
+                bar, f"judging them with tier 1 {cfg1.pins()['judge_model']}"))
             cascade = cascade_figures(label_set.items, judged1, judged, max_false_pass=max_false_pass,
                                       max_false_fail=max_false_fail, **opts)
             cascade["tier1"] = cfg1.pins()["judge_model"]

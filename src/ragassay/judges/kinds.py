@@ -19,11 +19,18 @@ config's metrics and rubric criteria) from a judge item made of the labelled tex
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ragassay.errors import InputError
 from ragassay.judges.labels import Item
-from ragassay.judges.validate import Judged, call_accounting, call_judge, run_judge, validation_run
+from ragassay.judges.validate import (
+    Judged,
+    call_accounting,
+    call_judge,
+    judge_local,
+    run_judge,
+    validation_run,
+)
 
 # The judge metric whose judgement each kind validates: the judge config must score it, or the record
 # would carry pins no run judged with that config has.
@@ -87,14 +94,27 @@ def _labels(kind: str, verdict, items: Sequence[Item]) -> tuple[list[str | None]
     return [verdict.label], "ok"
 
 
-def run_kind(cfg, kind: str, items: Sequence[Item], store=None) -> tuple[list[Judged], dict]:
+def run_kind(cfg, kind: str, items: Sequence[Item], store=None, *,
+             progress: Callable[[int, int], None] | None = None) -> tuple[list[Judged], dict]:
     """The judge's answer for every item of ``kind`` (in item order) and the call accounting. An LLM judge's
-    calls belong to its validation run in ``store`` (the cache: a rerun pays nothing)."""
-    check_judge_for_kind(cfg, kind, "judge config")
-    if kind in LOCAL_KINDS:
-        return run_judge(cfg, items, store)
+    calls belong to its validation run in ``store`` (the cache: a rerun pays nothing).
+
+    ``progress(done, total)`` counts the items judged: a local judge reports each item as it is judged; an
+    LLM judge's calls run concurrently inside its client, so it reports 0 before them and the total after."""
     from ragassay.judges.config import build_judge
 
+    check_judge_for_kind(cfg, kind, "judge config")
+    if progress is not None:
+        progress(0, len(items))
+    if kind in LOCAL_KINDS:
+        if cfg.provider == "local" and cfg.cascade is None and progress is not None:
+            # run_judge's own path for a single local judge (judge_local over every item, no client), with the
+            # judge counted: judge_local asks it once per item
+            judged = judge_local(_Counting(build_judge(cfg, store), len(items), progress), items)
+            return judged, call_accounting(judged)
+        out = run_judge(cfg, items, store)
+        _done(progress, len(items))
+        return out
     run_id = validation_run(store, cfg.pins()) if store is not None else "validation"
     plan = _plan(kind, run_id, items, cfg)
     answers, run = call_judge(build_judge(cfg, store), [r for r, _ in plan], store)
@@ -111,7 +131,26 @@ def run_kind(cfg, kind: str, items: Sequence[Item], store=None) -> tuple[list[Ju
             labels, outcome = _labels(kind, j.verdict, [items[k] for k in idx])
         for k, label in zip(idx, labels, strict=True):
             out[k] = Judged(label, "ok" if label is not None else outcome, cost=share[0], latency_ms=share[1])
+    _done(progress, len(items))
     return out, call_accounting(out, run)
+
+
+class _Counting:
+    """A local support judge that reports ``progress(done, total)`` after each ``judge_many`` call."""
+
+    def __init__(self, judge, total: int, progress: Callable[[int, int], None]):
+        self._judge, self._total, self._progress, self._done = judge, total, progress, 0
+
+    def judge_many(self, claims, context):
+        out = self._judge.judge_many(claims, context)
+        self._done += 1
+        self._progress(self._done, self._total)
+        return out
+
+
+def _done(progress: Callable[[int, int], None] | None, total: int) -> None:
+    if progress is not None:
+        progress(total, total)
 
 
 __all__ = ["KIND_METRIC", "LOCAL_KINDS", "check_judge_for_kind", "run_kind"]

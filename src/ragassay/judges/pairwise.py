@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -339,9 +339,12 @@ def pairwise_validation_figures(items: Sequence[PairwiseItem], judged: Sequence[
 
 
 def validate_pairwise(cfg, labels_path: str | Path, store, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
-                      confidence: float = 0.95, floor: Floor | None = None
-                      ) -> tuple[dict, dict, LabelSet]:
+                      confidence: float = 0.95, floor: Floor | None = None,
+                      progress: Callable[[int, int], None] | None = None) -> tuple[dict, dict, LabelSet]:
     """Validate a pairwise judge against labelled pairs: (figures, call accounting, label set).
+
+    ``progress(done, total)`` counts the labelled pairs judged (both orders of a pair): the calls run
+    concurrently inside the judge's client, so it is called with 0 before them and the total after.
 
     Refused before any call (``InputError``): a local judge, bad labels, and a label set that cannot earn
     ``floor`` (default :class:`Floor`: 100 comparable items, 10 per class a / tie / b, more than one class).
@@ -362,11 +365,16 @@ def validate_pairwise(cfg, labels_path: str | Path, store, *, n_resamples: int =
         raise InputError(f"{label_set.path}: {problem} on the preference scale ({shown}); a validation on it "
                          "could not earn the gate's floor. Label more pairs; nothing was judged or recorded")
     run_id = validation_run(store, pins) if store is not None else "validation"
+    total = len(label_set.items)
+    if progress is not None:
+        progress(0, total)
     judged, run = judge_pairs(build_judge(cfg, store), run_id, [item_pair(it) for it in label_set.items])
     calls = call_counts(run)
     if run.stopped:
         raise JudgeStopped(f"judge run stopped: {run.stopped}; finished calls are stored: rerun (with a higher "
                            "spend_cap) to pay only for the rest. No validation was recorded")
+    if progress is not None:
+        progress(total, total)
     figures = pairwise_validation_figures(label_set.items, judged, n_resamples=n_resamples, seed=seed,
                                           confidence=confidence)
     return figures, calls, label_set

@@ -29,6 +29,8 @@ from ragassay.judges.providers import JudgeStopped
 
 # (judge, config) -> a context manager giving the client an LLM judge's calls go through
 OpenClient = Callable[[Any, JudgeConfig], AbstractContextManager[Any]]
+# progress(done, total): called as the items of a judging loop are judged
+Progress = Callable[[int, int], None]
 
 PIN_KEYS = ("judge_model", "rubric_sha", "prompt_sha", "settings")
 
@@ -65,6 +67,38 @@ def _clean(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [_clean(v) for v in obj]
     return obj
+
+
+class CountedItems(Sequence):
+    """``items`` that call ``progress(done, total)`` as a loop walks them: handing out item k counts the k
+    before it as done, and the end of the walk counts them all. The local judges' per-item loops take a
+    sequence and walk it once, so they drive a counting bar without a callback of their own. The caller
+    reports 0 before the work starts; a count is reported once and never goes back, whoever walks again."""
+
+    def __init__(self, items: Sequence, progress: Progress):
+        self._items, self._progress, self._done = items, progress, 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i):
+        return self._items[i]
+
+    def __iter__(self):
+        for k, item in enumerate(self._items):
+            self.report(k)
+            yield item
+        self.report(len(self._items))
+
+    def report(self, done: int) -> None:
+        if done > self._done:
+            self._done = done
+            self._progress(done, len(self._items))
+
+
+def counted(items: Sequence, progress: Progress | None) -> Sequence:
+    """``items`` reporting to ``progress`` as they are walked (:class:`CountedItems`), or as they are without one."""
+    return items if progress is None else CountedItems(items, progress)
 
 
 def check_traces_of(store, rec, traces: Sequence, header=None, where: str = "the traces", golden=None) -> None:
@@ -156,8 +190,12 @@ def _answers_disagree(store, rec, traces: Sequence, golden) -> list[str]:
 
 def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg: JudgeConfig, *,
                      resume: bool = False, open_client: OpenClient | None = None, header=None,
-                     traces_label: str = "the traces") -> JudgeSummary:
+                     traces_label: str = "the traces", progress: Progress | None = None) -> JudgeSummary:
     """Judge the answers of stored run ``run_ref`` from its ``traces`` and store the judge metrics.
+
+    ``progress(done, total)`` counts the answers judged, total the answers: a local judge (and a local
+    cascade) reports each answer as it is judged; an LLM judge's calls run concurrently inside its client in
+    two rounds, so it reports 0 before them and the total once they are done.
 
     ``open_client(judge, cfg)`` says where an LLM judge's calls are made: a context manager giving the
     client they go through (by default the judge itself, here). Executors sit above judges, so the caller
@@ -205,19 +243,21 @@ def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg:
         return corpus[u.doc_id].text[u.start:u.end]
 
     items = items_from(traces, golden, unit_text)
+    if progress is not None:
+        progress(0, len(items))
     judge = build_judge(cfg, store)
     tier1 = build_tier1(cfg)
     routing = None
     if cfg.provider == "local" and tier1 is not None:
         from ragassay.judges.routing import route_local
 
-        judged, routing = route_local(rec.run_id, items, tier1, judge, lo=cfg.cascade.band.lo,
+        judged, routing = route_local(rec.run_id, counted(items, progress), tier1, judge, lo=cfg.cascade.band.lo,
                                       hi=cfg.cascade.band.hi, numeric=cfg.numeric)
         cost = cost_line([], len(items), cascade=routing.cost(store))
     elif cfg.provider == "local":
         from ragassay.judges.local import local_judge_items
 
-        judged = local_judge_items(items, judge, numeric=cfg.numeric)
+        judged = local_judge_items(counted(items, progress), judge, numeric=cfg.numeric)
         cost = None
     else:
         judged, routing = _judge_on(open_client, judge, cfg, rec.run_id, items, tier1, pins["judge_model"])
@@ -228,6 +268,8 @@ def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg:
                 f"judge run stopped: {judged.stopped}; {sum(judged.calls.values())} call(s) planned, "
                 f"{judged.calls.get('not_started', 0)} not started, ${judged.spend:.4f} spent. Finished calls "
                 f"are stored: rerun with --resume (and a higher spend_cap) to pay only for the rest")
+        if progress is not None:
+            progress(len(items), len(items))
         records = [j.record for j in judged.judgements]
         if records and all(r.outcome == "error" for r in records):
             # no call got an answer: every judge metric would be undefined, a silent run that says nothing
@@ -268,4 +310,4 @@ def _judge_on(open_client: OpenClient | None, judge, cfg: JudgeConfig, run_id: s
         return judge_with(client)
 
 
-__all__ = ["PIN_KEYS", "JudgeSummary", "check_traces_of", "judge_stored_run"]
+__all__ = ["PIN_KEYS", "CountedItems", "JudgeSummary", "Progress", "check_traces_of", "counted", "judge_stored_run"]
