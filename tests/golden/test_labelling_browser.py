@@ -77,7 +77,11 @@ def test_keyboard_labels_three_items_saves_jsonl_and_the_file_merges(tmp_path, c
     fields = ("query_id", "doc_id", "start", "end", "quote")
     assert [json.loads(line) for line in labels.read_text().splitlines()] == [
         {k: queue[i][k] for k in fields} | {"grade": g} for i, g in ((0, 2), (1, 0), (2, 3))]
-    page.reload()  # the grades outlive a reload (local storage, keyed by the queue's sha256)
+    # the grades outlive a reload (local storage, keyed by the queue's sha256). Chromium commits local storage to
+    # its browser process asynchronously, so on a loaded machine the reloaded page can read it a moment late: wait
+    # for the restored count (bounded) rather than reading the first paint
+    page.reload()
+    page.wait_for_function("document.getElementById('progress').textContent === '3 of 6 labelled'", timeout=15_000)
     assert page.inner_text("#progress") == "3 of 6 labelled"
     assert errors == []
 
