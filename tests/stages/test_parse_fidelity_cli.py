@@ -293,3 +293,68 @@ def test_proxy_table_counts_flagged_documents_and_names_them(capsys, tmp_path):
 def test_unknown_parser_is_refused(capsys, src):
     assert _bad(capsys, "parse", src, "--parser", "fancy") == [
         "error: unknown parser(s) ['fancy']; use table-aware, naive"]
+
+
+def test_a_row_of_dashes_is_data_unless_it_is_a_markdown_rule_row_on_the_second_line():
+    ref = "<table><tr><td>a</td><td>b</td></tr><tr><td>c</td><td>d</td></tr></table>"
+    # the reference's first row as dashes: 2 of 7 nodes renamed (cost 1 each), the structure intact; the row
+    # used to be dropped as a rule row, costing 3 deletions (TEDS 4/7) and the structure
+    dashes = table_fidelity("- | -\nc | d\n", ref)
+    assert (dashes["teds"], dashes["teds_struct"]) == (pytest.approx(1 - 2 / 7), 1.0)
+    assert [[c.text for c in r.children] for r in pipe_tables("x | y\nz | w\n- | -\n")[0].children] == [
+        ["x", "y"], ["z", "w"], ["-", "-"]]
+    # where Markdown puts it, after the header row (blank lines between do not count), it is a rule
+    assert [len(t.children) for t in pipe_tables("| a | b |\n\n|:--|--:|\n| c | d |\n")] == [2]
+    assert table_fidelity("| a | b |\n|---|---|\n| c | d |\n", ref)["teds"] == 1.0
+    # per-table figures are plain floats (the JSON writer's types), like the means
+    assert {type(v) for t in dashes["tables"] for v in (t["teds"], t["teds_struct"])} == {float}
+
+
+def test_a_reference_folder_names_files_of_neither_kind_and_may_hold_both(capsys, src, tmp_path):
+    folder = tmp_path / "ref"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "alpha.txt").write_text(DOCS["alpha"])
+    (folder / "alpha.html").write_text("<table><tr><td>x</td><td>y</td></tr></table>")
+    (folder / ".DS_Store").write_bytes(b"\x00hidden")
+    (folder / "beta.md").write_text(DOCS["beta"])
+    (folder / "sub" / "gamma.TXT").write_text("not a document of the parse")
+    assert _bad(capsys, "parse", src, "--reference-text", folder) == [
+        f"error: {folder / 'beta.md'}: not a reference file (reference plain text are .txt files); rename it or "
+        "move it out of the folder",
+        f"error: {folder / 'sub' / 'gamma.TXT'}: doc_id 'sub/gamma' is not a document of the parse (closest: "
+        "'gamma'); a doc_id is the source file's relative path without its suffix"]
+    (folder / "beta.md").unlink()
+    (folder / "sub" / "gamma.TXT").unlink()
+    # one folder for both options: each reads its own kind
+    fid = _json(capsys, "parse", src, "--parser", "naive", "--reference-text", folder, "--reference-tables",
+                folder)["parsers"][0]["fidelity"]
+    assert fid["docs"]["alpha"]["ned"] == 0.0 and fid["docs"]["alpha"]["n_tables"] == 1
+    assert (fid["summary"]["text"]["n_docs_with_reference"], fid["summary"]["tables"]["n_docs_with_reference"]) \
+        == (1, 1)
+
+
+def test_a_single_reference_file_is_one_error_line_not_one_per_line(capsys, src, tmp_path):
+    one = tmp_path / "alpha.txt"
+    one.write_text(DOCS["alpha"])
+    table = tmp_path / "alpha.HTML"
+    table.write_text("<table><tr><td>x</td></tr></table>\n<p>two lines</p>\n")
+    assert _bad(capsys, "parse", src, "--reference-text", one, "--reference-tables", table) == [
+        f"error: {one}: a single .txt file; put it in a folder (its doc_id is its path there without the "
+        'suffix) and pass the folder, or pass a folder of .txt files or a .jsonl file of {"doc_id": ..., '
+        '"text": ...} lines',
+        f"error: {table}: a single .HTML file; put it in a folder (its doc_id is its path there without the "
+        'suffix) and pass the folder, or pass a folder of .html/.htm files or a .jsonl file of {"doc_id": ..., '
+        '"html": ...} lines']
+
+
+def test_tau_is_undefined_when_every_found_block_is_at_one_place_and_the_terminal_says_why(capsys, tmp_path):
+    assert np.isnan(reading_order_tau("Same. And more.", ["Same.", "Same."])["tau"])
+    assert reading_order_tau("a b", ["a", "b", "a"])["tau"] == kendalltau([0, 1, 2], [0, 2, 0]).statistic == 0.0
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "d.txt").write_text("Same.\n")
+    ref = _jsonl(tmp_path / "ref.jsonl", [{"doc_id": "d", "text": "Same.\n\nSame.\n"}])
+    code, out, err = _cli(capsys, "parse", root, "--parser", "naive", "--reference-text", ref)
+    assert code == 0 and err == ""
+    assert "τ undefined for 1 document(s) with a reference text (fewer than two blocks found in the parse, or " \
+           "all found at one place)" in " ".join(out.split())

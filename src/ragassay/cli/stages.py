@@ -112,7 +112,7 @@ def _fidelity_table(res: dict) -> tuple[Table, list[str]]:
         extra = text["tau"]["n_undefined"] - text["n_docs_undefined"]
         if extra:
             notes.append(f"τ undefined for {extra} document(s) with a reference text (fewer than two blocks "
-                         "found in the parse)")
+                         "found in the parse, or all found at one place)")
     if tables:
         if tables["n_docs_undefined"]:
             notes.append(f"{tables['n_docs_undefined']} of {s['n_docs']} documents have no reference tables: "

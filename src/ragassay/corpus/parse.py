@@ -137,9 +137,10 @@ def read_references(path: str | Path, kind: str, doc_ids) -> tuple[dict[str, str
 
     ``kind`` is ``text`` (a folder of ``.txt`` files, or JSONL of ``{"doc_id", "text"}``) or ``tables`` (a
     folder of ``.html`` files, or JSONL of ``{"doc_id", "html"}``, each holding at least one ``<table>``).
-    In a folder, doc_id is the relative path without the suffix, as for the parse. Empty content, a repeated
-    doc_id, a doc_id not in ``doc_ids`` (the parse's documents), a bad JSON line and a tables reference
-    without a ``<table>`` are problems.
+    In a folder, doc_id is the relative path without the suffix, as for the parse; files of the other kind are
+    left for it, hidden files skipped, and any other file is a problem. Empty content, a repeated doc_id, a
+    doc_id not in ``doc_ids`` (the parse's documents), a bad JSON line and a tables reference without a
+    ``<table>`` are problems.
     """
     import difflib
 
@@ -170,7 +171,12 @@ def read_references(path: str | Path, kind: str, doc_ids) -> tuple[dict[str, str
             refs[doc_id], seen[doc_id] = content, where
 
     if p.is_dir():
-        files = [f for f in sorted(p.rglob("*")) if f.is_file() and f.suffix.lower() in suffixes]
+        every = [f for f in sorted(p.rglob("*")) if f.is_file() and not f.name.startswith(".")]
+        files = [f for f in every if f.suffix.lower() in suffixes]
+        # a folder may hold both kinds (one folder for both options); any other file is named, not skipped
+        any_kind = {x for sufs, _, _ in REFERENCE_KINDS.values() for x in sufs}
+        problems += [f"{f}: not a reference file ({what} are {'/'.join(suffixes)} files); rename it or move it "
+                     "out of the folder" for f in every if f.suffix.lower() not in any_kind]
         for f in files:
             rel = f.relative_to(p).as_posix()
             add(rel[: -len(f.suffix)], decode_text(f.read_bytes(), str(f)), str(f))
@@ -179,6 +185,9 @@ def read_references(path: str | Path, kind: str, doc_ids) -> tuple[dict[str, str
         return refs, problems
     if not p.is_file():
         return refs, [f"{p}: no such file or folder; pass {shape}"]
+    if p.suffix.lower() in suffixes:  # one reference file, not JSONL: one line, not one per line of it
+        return refs, [f"{p}: a single {p.suffix} file; put it in a folder (its doc_id is its path there without "
+                      f"the suffix) and pass the folder, or pass {shape}"]
     lines = decode_text(p.read_bytes(), str(p)).split("\n")
     for lineno, line in enumerate(lines, 1):
         if not line.strip():

@@ -288,19 +288,24 @@ def pipe_tables(text: str) -> list[TableNode]:
     (``a | b``) and Markdown tables (``| a | b |``, whose ``|---|`` rule rows are skipped).
 
     A table is a run of lines holding a ``|``; blank lines inside the run are skipped (the table-aware parser
-    puts them between rows), any other line ends it. A one-column table has no ``|`` and is not found.
+    puts them between rows), any other line ends it. A rule row is skipped only as a run's second line, where
+    Markdown puts it: elsewhere a row of dashes (``- | -``) is data. A one-column table has no ``|`` and is
+    not found.
     """
     tables: list[TableNode] = []
     rows: list[TableNode] = []
+    run = 0  # lines holding a ``|`` in the current run, the rule row included
     for line in text.split("\n"):
         s = line.strip()
         if "|" in s:
+            run += 1
             cells = s.removeprefix("|").removesuffix("|").split("|")
-            if not all(_RULE_CELL.fullmatch(c) for c in cells):
+            if run != 2 or not all(_RULE_CELL.fullmatch(c) for c in cells):
                 rows.append(TableNode("tr", children=[TableNode("td", text=c.strip()) for c in cells]))
-        elif s and rows:
-            tables.append(TableNode("table", children=rows))
-            rows = []
+        elif s and run:
+            if rows:
+                tables.append(TableNode("table", children=rows))
+            rows, run = [], 0
     if rows:
         tables.append(TableNode("table", children=rows))
     return tables
@@ -370,7 +375,7 @@ def table_fidelity(parsed: str, reference_markup: str) -> dict:
     for i, r in enumerate(refs):
         j = match.get(i)
         tables.append({"index": i, "parsed_index": j, "teds": float(sim[i, j]) if j is not None else 0.0,
-                       "teds_struct": teds(got[j], r, structure_only=True) if j is not None else 0.0})
+                       "teds_struct": float(teds(got[j], r, structure_only=True)) if j is not None else 0.0})
     nan = float("nan")
     return {"teds": float(np.mean([t["teds"] for t in tables])) if tables else nan,
             "teds_struct": float(np.mean([t["teds_struct"] for t in tables])) if tables else nan,
@@ -411,7 +416,8 @@ def reading_order_tau(parsed: str, reference_blocks: list[str]) -> dict:
     """Kendall tau-b between the reference order of blocks (paragraphs) and where each is first found in the
     parse. Both sides are canonicalized with every whitespace run (line breaks included) folded to one space,
     so a block whose lines were reflowed is still found. Blocks the parse lost are counted, not ranked; an
-    empty block is no block. NaN with fewer than two blocks found."""
+    empty block is no block. NaN with fewer than two blocks found, or with every found block at one place (a
+    block repeated in the reference is found at its first occurrence each time)."""
     hay = _folded(parsed)
     blocks = [f for f in map(_folded, reference_blocks) if f]
     pos = [hay.find(b) for b in blocks]
