@@ -9,8 +9,8 @@ warm actor, through the same actor method a run uses (nothing to run, nothing to
 
 Usage: python benchmarks/ray_scale.py [--trials T] [--config NAME_OR_PATH ...] [--overhead-reps N]
 
-``--tiny`` runs one trial of ``bm25`` and 20 empty-batch round trips: a smoke run for CI
-(tests/test_benchmarks_run.py), whose figures mean nothing.
+``--tiny`` runs one trial of each config (the default two unless ``--config`` is given) and 20 empty-batch
+round trips: a smoke run for CI (tests/test_benchmarks_run.py), whose figures mean nothing.
 
 A NAME is a bundled demo config (bm25, hybrid_rerank, ...); a path is any config file, e.g.
 ``benchmarks/configs/hybrid_minilm.yaml``, whose MiniLM embedding is the CPU-bound stage the target names.
@@ -97,10 +97,11 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=4)
     ap.add_argument("--config", action="append", default=None)
     ap.add_argument("--overhead-reps", type=int, default=200, help="empty-batch round trips timed")
-    ap.add_argument("--tiny", action="store_true", help="one trial of bm25, 20 round trips (CI)")
+    ap.add_argument("--tiny", action="store_true", help="one trial of each config, 20 round trips (CI)")
     args = ap.parse_args()
     if args.tiny:
-        args.trials, args.config, args.overhead_reps = 1, ["bm25"], 20
+        # the same configs as a full run: a crash on one of them must show at this size too
+        args.trials, args.overhead_reps = 1, 20
     corpus, golden = load_inputs(None, None)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=300 * 1024 * 1024)
     try:
@@ -150,7 +151,9 @@ def _overhead(ray, ex, golden, reps: int) -> float:
     workers = ex.pipeline_workers(_Empty(), golden)
     workers.header(None, "")
     args = ([], False, workers._shared, [ray.put(_no_score)])
-    ray.get(workers.actors[0].run.remote(*args))
+    # warm every actor, not only the timed one: the others' header calls would otherwise still be running when
+    # the executor closes, and Ray would print their failure on stdout
+    ray.get([actor.run.remote(*args) for actor in workers.actors])
     t0 = time.perf_counter()
     for _ in range(reps):
         ray.get(workers.actors[0].run.remote(*args))

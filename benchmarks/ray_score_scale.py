@@ -71,17 +71,30 @@ ray.shutdown()
 """
 
 
-def _worker_peaks() -> dict[int, float]:
-    """VmHWM (MB) of every Ray worker process alive now, by pid."""
-    out = {}
-    for pid in os.listdir("/proc"):
+def _worker_peaks(root: int) -> dict[int, float]:
+    """VmHWM (MB) of every Ray worker process alive now under ``root`` (the helper that started the cluster),
+    by pid: only this cluster's, not those of another Ray cluster on the same machine."""
+    procs: dict[int, tuple[int, bytes]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if not (cmd.startswith(b"ray::") or b"default_worker.py" in cmd):
-                continue
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            procs[int(pid)] = (ppid, Path(f"/proc/{pid}/cmdline").read_bytes())
+        except (OSError, ValueError, IndexError):
+            continue
+    tree, grew = {root}, True
+    while grew:
+        more = {p for p, (pp, _) in procs.items() if pp in tree} - tree
+        tree |= more
+        grew = bool(more)
+    out = {}
+    for pid in tree - {root}:
+        cmd = procs[pid][1]
+        if not (cmd.startswith(b"ray::") or b"default_worker.py" in cmd):
+            continue
+        try:
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmHWM:"):
-                    out[int(pid)] = int(line.split()[1]) / 1024
+                    out[pid] = int(line.split()[1]) / 1024
         except OSError:
             continue
     return out
@@ -125,7 +138,7 @@ def main() -> None:
         def sample() -> None:
             # often enough to see the workers of a run that lasts a second or two
             while not stop.wait(0.25):
-                peaks.update(_worker_peaks())
+                peaks.update(_worker_peaks(head.pid))
 
         watcher = threading.Thread(target=sample, daemon=True)
         watcher.start()
@@ -137,7 +150,11 @@ def main() -> None:
         workers = sorted(peaks.values())[-2:]
     finally:
         head.stdin.close()
-        head.wait()
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            head.kill()
+            head.wait()
     info = json.loads(out)["import"]
     load = os.getloadavg()
     print(f"scored {info['n_traces']:,} traces ({info['schema_failures']} problems, {info['missing']} missing) "

@@ -60,10 +60,11 @@ def synthesize(n_queries: int, depth: int, seed: int = 0):
     rows_q, rows_d, rows_g = [], [], []
     for i in range(n_queries):
         # half the relevant docs are retrieved at random ranks, the rest are unretrieved ids
-        # a shallow run (depth < 21) judges every retrieved doc; the default depth never reaches the cap
+        # a query judges up to 21 docs: a shallower run draws all its ranks, and the coin flips follow the ranks
+        # drawn (at the default depth the cap is never reached, so the draws are what they always were)
         ranks = rng.choice(depth, size=min(n_rel[i] + n_non[i], depth), replace=False)
         retrieved = docs[i, ranks]
-        take = rng.random(n_rel[i] + n_non[i]) < 0.6
+        take = rng.random(len(ranks)) < 0.6
         ids = np.where(take, retrieved, rng.integers(2_000_000, 3_000_000, size=len(ranks)))
         ids = np.unique(ids)
         k = min(len(ids), n_rel[i])

@@ -13,8 +13,10 @@ from __future__ import annotations
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -114,8 +116,8 @@ RUNS: dict[str, list[tuple[list[str], list[str]]]] = {
         ]),
     ],
     "ray_scale.py": [(["--tiny"], [
-        "bm25: {n} queries local {n} q/s ({n} s wall, {n} s CPU) ray(2) {n} q/s ({n} s wall, driver {n} s + "
-        "workers {n} s CPU) ratio {n}x rows equal: True",
+        *(f"{config}: {{n}} queries local {{n}} q/s ({{n}} s wall, {{n}} s CPU) ray(2) {{n}} q/s ({{n}} s wall, "
+          "driver {n} s + workers {n} s CPU) ratio {n}x rows equal: True" for config in ("bm25", "hybrid_rerank")),
         "task overhead (empty batch round trip on a warm actor, {n} reps): {n} ms",
     ])],
     "ray_score_scale.py": [(["--tiny"], [
@@ -196,9 +198,26 @@ def _run_script(script: str, folder: Path) -> list[tuple[list[str], subprocess.C
     done = []
     for k, (args, _) in enumerate(RUNS[script]):
         argv = [str(folder / f"out{k}") if a == TMP else a for a in args]
-        done.append((argv, subprocess.run([sys.executable, str(BENCH / script), *argv], cwd=ROOT, env=env,
-                                          capture_output=True, text=True, timeout=300)))
+        done.append((argv, _bounded([sys.executable, str(BENCH / script), *argv], env, 300)))
     return done
+
+
+def _bounded(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """``cmd`` run in a session of its own; past ``timeout`` seconds the whole session is killed (a script's
+    Ray cluster or fake server with it, not only the script), and the result says so in its stderr."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # a process outside the session holds the pipes: give up on them
+            proc.kill()
+            out, err = "", ""
+        err += f"\n(killed after {timeout} s, with every process of its session)"
+    return subprocess.CompletedProcess(cmd, proc.wait(), out, err)
 
 
 @pytest.fixture(scope="module")
@@ -221,6 +240,8 @@ def test_benchmark_runs_at_tiny_size_and_prints_numbers(script, started):
     runs = started[script].result()
     for (argv, proc), (_, lines) in zip(runs, RUNS[script], strict=True):
         assert proc.returncode == 0, f"{script} {' '.join(argv)} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+        # no task of a Ray script is left running when it closes its executor (Ray would report it on stdout)
+        assert "(raylet)" not in proc.stdout, proc.stdout
         for line in lines:
             found = _regex(line).search(proc.stdout)
             assert found, f"{script} {' '.join(argv)} did not print {line!r}; it printed:\n{proc.stdout}"
@@ -233,3 +254,68 @@ def test_benchmark_runs_at_tiny_size_and_prints_numbers(script, started):
         for name in written:
             assert (out / name).read_bytes() == (BUNDLED_EXAMPLES / name).read_bytes(), \
                 f"{name}: the bundled file is not what benchmarks/{script} makes; rerun it without --out"
+
+
+def test_ray_score_scale_samples_only_the_workers_of_its_own_cluster():
+    # every Ray worker on the machine used to count: on a shared machine (or beside ray_scale.py in this very
+    # file) another cluster's workers could be reported as this run's
+    mod = _bench_module("ray_score_scale.py")
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)", "default_worker.py"]
+    spawn = "import subprocess, sys; p = subprocess.Popen(sys.argv[1:]); print(p.pid, flush=True); p.wait()"
+    outside = subprocess.Popen(sleeper)
+    helper = subprocess.Popen([sys.executable, "-c", spawn, *sleeper], stdout=subprocess.PIPE, text=True)
+    inside = int(helper.stdout.readline())
+    try:
+        peaks = mod._worker_peaks(helper.pid)
+        assert set(peaks) == {inside} and peaks[inside] > 0
+        assert outside.pid in mod._worker_peaks(os.getpid())  # the same scan finds a worker of another tree
+    finally:
+        for pid in (inside, outside.pid, helper.pid):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        outside.wait(timeout=10)
+        helper.wait(timeout=10)
+        helper.stdout.close()
+
+
+def _bench_module(script: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{script.removesuffix('.py')}", BENCH / script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_retrieval_metrics_synthesizes_a_run_shallower_than_its_judged_docs():
+    # a query judges up to 21 docs; at depth 10 the retrieved ranks are capped at 10 and the coin flips per
+    # retrieved doc must follow (they used not to: a shape error at any depth below 21)
+    mod = _bench_module("retrieval_metrics.py")
+    (run_q, run_d, _), (qrel_q, qrel_d, grades) = mod.synthesize(50, 10)
+    assert len(run_q) == len(run_d) == 500 and len(qrel_q) == len(qrel_d) == len(grades) > 0
+    judged = {(q, d) for q, d in zip(qrel_q.tolist(), qrel_d.tolist(), strict=True)}
+    assert len(judged) == len(qrel_q)  # each (query, doc) judged once
+
+
+def test_a_script_past_its_time_is_killed_with_its_whole_session():
+    # a script that started a helper (as ray_scale.py starts a cluster) and then hangs: both go
+    hang = ("import subprocess, sys, time; h = subprocess.Popen([sys.executable, '-c', 'import time; "
+            "time.sleep(120)']); print(h.pid, flush=True); time.sleep(120)")
+    t0 = time.monotonic()
+    res = _bounded([sys.executable, "-c", hang], dict(os.environ), 2)
+    assert time.monotonic() - t0 < 30 and res.returncode == -signal.SIGKILL
+    assert res.stderr.endswith("(killed after 2 s, with every process of its session)")
+    helper = int(res.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{helper}").exists() and "Z" not in _state(helper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{helper}").exists() or _state(helper) == "Z"
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
