@@ -158,8 +158,13 @@ def _calls_bar(label: str, total: int, *, show: bool) -> Iterator[Callable[[Call
 def default_traces_dir(store: str | os.PathLike) -> Path:
     """Where a run's traces are kept unless told otherwise: ``<store path without its suffix>.traces`` beside
     the store (``ragassay.duckdb`` -> ``ragassay.traces/``), one ``<run_id>.jsonl`` per run. ``evaluate`` and
-    ``ragassay run`` share it, and the run records it in ``extra.traces_dir`` for every reader."""
-    return Path(store).with_suffix(".traces")
+    ``ragassay run`` share it, and the run records it in ``extra.traces_dir`` for every reader. A store named
+    ``*.traces`` is refused: its traces folder would be the store itself."""
+    folder = Path(store).with_suffix(".traces")
+    if folder == Path(store):
+        raise InputError(f"{store}: a store named *.traces would share its path with its traces folder; name the "
+                         "store with another suffix (e.g. .duckdb), or choose the traces folder yourself")
+    return folder
 
 
 def _is_memory(path: Any) -> bool:
@@ -182,8 +187,14 @@ def _traces_home(store: Any, traces_dir: Any) -> Path:
         if store not in _MEMORY_TRACES:
             _MEMORY_TRACES[store] = tempfile.TemporaryDirectory(prefix="ragassay-traces-")
         return Path(_MEMORY_TRACES[store].name)
+    elif isinstance(store, Store):
+        folder = default_traces_dir(store.path)
+    elif not Path(store).parent.exists():
+        # refused here as Store.open refuses it: the traces folder beside the store, made first, would create
+        # the missing directory and the store would then open in it
+        raise InputError(f"{store}: directory {Path(store).parent} does not exist; create it or choose another path")
     else:
-        folder = default_traces_dir(store.path if isinstance(store, Store) else store)
+        folder = default_traces_dir(store)
     check_output_dir(folder, "traces")
     return folder
 
@@ -208,13 +219,17 @@ def evaluate(system: Any, *, golden: Any = None, corpus: Any = None, store: Any 
     ``<traces_dir>/<run_id>.jsonl`` and recorded with the run, so ``ragassay judge RUN`` and the report's
     per-query view read them; ``traces_dir`` defaults to :func:`default_traces_dir` of the store, and for an
     in-memory store to a temporary folder removed with the Store object. A trace file given as ``system``
-    is the run's traces where it is, as for ``ragassay score``.
+    is the run's traces where it is, as for ``ragassay score`` (a ``traces_dir`` with it is refused).
     """
     _check_evaluate_args(golden=golden, corpus=corpus, store=store, name=name, trials=trials,
                          concurrency=concurrency, options=options, allow_pin_mismatch=allow_pin_mismatch,
                          progress=progress, traces_dir=traces_dir)
     if isinstance(system, (str, Path)) and _is_trace_file(Path(system)):
         from ragassay.analysis.stream import reading_ahead
+
+        if traces_dir is not None:
+            raise InputError(f"traces_dir={_short(traces_dir)}: a trace file given as the system stays the run's "
+                             "traces where it is; leave traces_dir out")
 
         # a trace file is read while the corpus and golden set load, as `ragassay score` reads it
         with reading_ahead(Path(system)) as ahead:

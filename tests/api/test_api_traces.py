@@ -258,3 +258,40 @@ def test_evaluate_and_run_methods_print_nothing_on_a_piped_stdout(own, tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout == "start\nend True True\n"
     assert "scoring" not in res.stderr  # stderr is a pipe too: no bar is drawn there either
+
+
+def test_a_store_in_a_missing_folder_is_refused_before_its_traces_folder_would_create_it(own, tmp_path):
+    with pytest.raises(InputError, match=r"r\.duckdb: directory .*missing does not exist; create it or choose"):
+        ragassay.evaluate(own_system, golden=own / "golden", corpus=own / "docs", store=tmp_path / "missing" /
+                          "r.duckdb")
+    assert not (tmp_path / "missing").exists()
+
+
+def test_a_store_named_like_its_traces_folder_is_refused_unless_the_folder_is_chosen(own, tmp_path):
+    with pytest.raises(InputError, match=r"r\.traces: a store named \*\.traces would share its path with its "
+                                         "traces folder"):
+        ragassay.evaluate(own_system, golden=own / "golden", corpus=own / "docs", store=tmp_path / "r.traces")
+    assert list(tmp_path.iterdir()) == []
+    run = ragassay.evaluate(own_system, golden=own / "golden", corpus=own / "docs", store=tmp_path / "r.traces",
+                            traces_dir=tmp_path / "kept")
+    assert (tmp_path / "r.traces").is_file() and run.traces_path == (tmp_path / "kept").resolve() / \
+        f"{run.run_id}.jsonl"
+
+
+def test_a_relative_store_keeps_its_traces_by_absolute_path(own, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    run = ragassay.evaluate(own_system, golden=own / "golden", corpus=own / "docs", store="sub/r.duckdb")
+    kept = tmp_path / "sub" / "r.traces" / f"{run.run_id}.jsonl"
+    assert run.traces_path == kept.resolve() and run.record.source == f"traces:{kept.resolve()}"
+    assert [t.query_id for t in read_traces(kept)[1]] == ["q1", "q2", "q3", "q4", "q5", "q6"]
+    assert sorted(p.name for p in kept.parent.iterdir()) == [".ragassay-traces", kept.name]  # no pending file
+
+
+def test_a_trace_file_system_refuses_a_traces_dir(own, tmp_path):
+    made = ragassay.evaluate(own_system, golden=own / "golden", corpus=own / "docs", store=tmp_path / "a.duckdb")
+    with pytest.raises(InputError, match=r"traces_dir=.*: a trace file given as the system stays the run's traces "
+                                         "where it is; leave traces_dir out"):
+        ragassay.evaluate(made.traces_path, golden=own / "golden", corpus=own / "docs", store=tmp_path / "b.duckdb",
+                          traces_dir=tmp_path / "t")
+    assert not (tmp_path / "b.duckdb").exists() and not (tmp_path / "t").exists()

@@ -134,3 +134,54 @@ def test_readme_own_golden_set_commands_measure_our_own_spans(own, tmp_path):
     overall = next(g for g in table_aware["by_stratum"] if g["group"] == "all")
     assert (overall["n"], overall["n_lost"]) == (5, 0)  # the five evidence quotes of our own set
     assert {g["group"] for g in table_aware["by_stratum"]} == {"terms", "goods", "all"}
+
+
+def test_a_resumed_run_that_kept_no_traces_refuses_to_start_keeping_them(own, tmp_path):
+    """A resumed run's trace file would hold only the resumed batches: --keep-traces, --judge and --traces-dir
+    are refused before anything runs, and the store and its folder stay as they were."""
+    db = tmp_path / "r.duckdb"
+    res = cli("run", BM25, "--store", db, *_inputs(own), "--name", "plain", "--json")
+    assert res.code == 0, res.err
+    judge = tmp_path / "judge.yaml"
+    judge.write_text("provider: local\nmodel: lexical\nmetrics: [faithfulness]\n")
+    for flags, flag in ((("--keep-traces",), "--keep-traces"), (("--judge", judge), "--judge"),
+                        (("--traces-dir", tmp_path / "t"), "--traces-dir")):
+        res = cli("run", BM25, "--store", db, *_inputs(own), "--resume", "plain", *flags)
+        assert res.code == 2, (flag, res.out)
+        err = " ".join(res.err.split())
+        assert "run plain (" in err and f"kept no traces when it started, so {flag} would keep only the " \
+            "resumed part" in err and "start the run again with --keep-traces" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["judge.yaml", "r.duckdb"]
+    res = cli("run", BM25, "--store", db, *_inputs(own), "--resume", "plain", "--json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["traces"] is None
+
+
+def test_a_resumed_run_refuses_another_traces_dir_and_takes_its_own_by_a_relative_path(own, tmp_path, monkeypatch):
+    db, chosen = tmp_path / "r.duckdb", tmp_path / "chosen"
+    res = cli("run", BM25, "--store", db, *_inputs(own), "--traces-dir", chosen, "--name", "first", "--json")
+    assert res.code == 0, res.err
+    run_id = json.loads(res.out)["run"]["run_id"]
+    res = cli("run", BM25, "--store", db, *_inputs(own), "--resume", "first", "--traces-dir", tmp_path / "other")
+    assert res.code == 2
+    assert f"keeps its traces in {chosen.resolve()}, not {tmp_path / 'other'}; leave out --traces-dir" in \
+        " ".join(res.err.split())
+    assert not (tmp_path / "other").exists()
+    monkeypatch.chdir(tmp_path)
+    res = cli("run", BM25, "--store", db, *_inputs(own), "--resume", "first", "--traces-dir", "chosen", "--json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["traces"] == str(chosen.resolve() / f"{run_id}.jsonl")
+
+
+@pytest.mark.parametrize("flags", [("--keep-traces",), ("--traces-dir", "t")])
+def test_an_imported_trace_file_refuses_a_folder_to_keep_traces_in(own, tmp_path, flags):
+    db = tmp_path / "r.duckdb"
+    res = cli("run", BM25, "--store", db, *_inputs(own), "--traces-dir", tmp_path / "kept", "--json")
+    assert res.code == 0, res.err
+    kept = next((tmp_path / "kept").glob("*.jsonl"))
+    res = cli("run", BM25, "--store", tmp_path / "imp.duckdb", *_inputs(own), "--traces", kept,
+              *[tmp_path / f if f == "t" else f for f in flags])
+    assert res.code == 2
+    assert f"{flags[0]} keeps the traces a pipeline run makes; a file imported with --traces stays the run's " \
+        "traces where it is" in " ".join(res.err.split())
+    assert not (tmp_path / "imp.duckdb").exists() and not (tmp_path / "t").exists()

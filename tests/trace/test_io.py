@@ -338,3 +338,49 @@ def test_a_written_trace_line_is_json_dumps_of_its_model_dump(tmp_path, score):
     assert "é" in line and ": " not in line
     back = read_traces(path)[1][0].fused[0].score
     assert (back != back) if score != score else back == score
+
+
+def test_a_batch_torn_mid_write_resumes_after_its_last_whole_line(tmp_path):
+    """write_all syncs once per batch: a crash inside the batch leaves whole lines and at most one partial last
+    line; the next append reads the whole ones as done, starts after the partial one, and only that line is a
+    problem."""
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path, _header(), mode="a") as w:
+        w.write_all([_trace("q1"), _trace("q2"), _trace("q3")])
+        assert w.done == {("q1", 0), ("q2", 0), ("q3", 0)}
+    whole = path.read_bytes()
+    cut = whole.rfind(b'"query_id":"q3"')
+    path.write_bytes(whole[:cut])  # the crash: q3's line torn inside, q1 and q2 on disk
+    with TraceWriter(path, _header(), mode="a") as w:
+        assert w.done == {("q1", 0), ("q2", 0)}
+        w.write_all([t for t in (_trace("q2"), _trace("q3"), _trace("q4")) if t.key not in w.done])
+    _, traces, problems = read_traces(path)
+    assert [t.query_id for t in traces] == ["q1", "q2", "q3", "q4"] and [p.line for p in problems] == [4]
+    assert path.read_text(encoding="utf-8").count("\n") == 6  # header, q1, q2, torn q3, q3, q4
+
+
+def test_a_batch_with_a_trace_that_cannot_be_written_writes_none_and_marks_none_done(tmp_path):
+    path = tmp_path / "t.jsonl"
+    bad = _trace("q2").model_copy(update={"answer": "a\ud800"})  # a lone surrogate has no UTF-8 form
+    with TraceWriter(path, _header(), mode="a") as w:
+        w.write_all([_trace("q1")])
+        with pytest.raises(ValueError):
+            w.write_all([_trace("q3"), bad])
+        assert w.done == {("q1", 0)}
+    assert [t.query_id for t in read_traces(path)[1]] == ["q1"]
+
+
+def test_a_trace_line_is_byte_for_byte_json_dumps_of_its_model_dump_for_ordinary_values(tmp_path):
+    """The fast serializer's bytes are json.dumps's (compact, UTF-8, keys in field order) for the values a run
+    writes; only the spelling of floats below 1e-4 differs (see the parametrized test above)."""
+    u = Unit(unit_id="d:0-5", doc_id="d", start=0, end=5, score=0.1 + 0.2, rank=1, text="héllo ✓ \"q\" \\ \n",
+             tokens=1)
+    t = Trace(trace_id="q-0", query_id="q", trial=0, branches={"bm25": [u]}, fused=[u], reranked=None,
+              packed=[u], packed_tokens=1, answer="</script> é", citations=[{"unit_id": "d:0-5", "start": 0,
+                                                                              "end": 2}],
+              outcome="answered", durations_ms={"total": 12.5, "bm25": 0.0}, tokens_in=3, cost=1e-3,
+              meta={"n": 2**70, "x": [1, None, True], "score": float("nan"), "big": 1e300})
+    path = write_traces(tmp_path / "t.jsonl", _header(), [t])
+    line = path.read_text(encoding="utf-8").splitlines()[1]
+    assert line == json.dumps({"type": "trace", **t.model_dump(mode="json")}, ensure_ascii=False,
+                              separators=(",", ":"))

@@ -211,16 +211,32 @@ def _holds_runs(store: Path) -> bool:
         return True
 
 
-def _default_traces_dir(store: Path, resume: str | None) -> Path | None:
+def _default_traces_dir(store: Path) -> Path:
     """Where a run keeps its traces without ``--traces-dir``: beside the store (:func:`default_traces_dir`),
-    as ``ragassay.evaluate`` keeps them; a resumed run keeps the folder it recorded (none if it kept none)."""
+    as ``ragassay.evaluate`` keeps them."""
     from ragassay.api import default_traces_dir
 
-    if resume is None:
-        return default_traces_dir(store)
+    return default_traces_dir(store)
+
+
+def _resumed_traces_dir(store: Path, resume: str, given: Path | None, asked: str | None) -> Path | None:
+    """The folder a resumed run keeps its traces in: the one it recorded when it started, None if it kept none.
+    A resumed run can neither start keeping traces (``asked``: the flag that wants them) nor move them
+    (``given``: another --traces-dir): its file would lack the traces of the batches run before."""
     with Store.open(store, read_only=True) as st:
-        folder = (st.get_run(resume).extra or {}).get("traces_dir")
-    return Path(folder) if folder else None
+        rec = st.get_run(resume)
+    folder = (rec.extra or {}).get("traces_dir")
+    if folder is None:
+        flag = "--traces-dir" if given is not None else asked
+        if flag is not None:
+            raise InputError(f"--resume {resume}: run {rec.name} ({rec.run_id}) kept no traces when it started, so "
+                             f"{flag} would keep only the resumed part; resume it without {flag}, or start the "
+                             "run again with --keep-traces")
+        return None
+    if given is not None and Path(given).resolve() != Path(folder).resolve():
+        raise InputError(f"--resume {resume}: run {rec.name} ({rec.run_id}) keeps its traces in {folder}, not "
+                         f"{given}; leave out --traces-dir (the resumed run appends to its own file)")
+    return Path(folder)
 
 
 def _judge_run(st, run_id: str, gs, corp, cfg):
@@ -270,6 +286,9 @@ def run(
         raise InputError(f"{traces}: trace file not found; pass the path of a .jsonl trace file with --traces")
     if keep_traces and traces_dir is not None:
         raise InputError("--keep-traces keeps them beside the store and --traces-dir in DIR; pass one of them")
+    if traces is not None and (keep_traces or traces_dir is not None):
+        raise InputError(f"{'--keep-traces' if keep_traces else '--traces-dir'} keeps the traces a pipeline run "
+                         "makes; a file imported with --traces stays the run's traces where it is: leave it out")
     judge_cfg = None
     if judge is not None:
         from ragassay.judges.config import load_judge_config
@@ -278,8 +297,11 @@ def run(
     # the traces are kept when asked, when the run is judged (the judge reads its answers from them) and when a
     # resumed run kept them; otherwise not: writing them takes longer than the run itself on large sets
     by_default = traces is None and traces_dir is None and (keep_traces or judge is not None or resume is not None)
-    if by_default:
-        traces_dir = _default_traces_dir(store, resume)
+    if resume is not None and traces is None:
+        asked = "--keep-traces" if keep_traces else "--judge" if judge is not None else None
+        traces_dir = _resumed_traces_dir(store, resume, traces_dir, asked)
+    elif by_default:
+        traces_dir = _default_traces_dir(store)
     if traces_dir is not None:
         from ragassay.fsio import check_output_dir
 

@@ -170,8 +170,9 @@ def read_traces(
 
 def _line(kind: str, model) -> str:
     if kind == "trace":
-        # pydantic's own serializer: the same JSON as json.dumps of model_dump (compact, UTF-8, NaN kept)
-        # at a quarter of the cost — writing traces was most of a run's time
+        # pydantic's own serializer at a quarter of the cost (writing traces was most of a run's time): the
+        # JSON json.dumps writes of model_dump (compact, UTF-8, NaN kept) but for the spelling of some floats
+        # (1e-05 is written 0.00001), which every JSON reader reads as the same number
         return '{"type":"trace",' + model.model_dump_json()[1:] + "\n"
     body = model.model_dump(mode="json")
     return json.dumps({"type": kind, **body}, ensure_ascii=False, separators=(",", ":")) + "\n"
@@ -239,11 +240,12 @@ class TraceWriter:
         """Write every trace; in append mode the lines are flushed and fsynced once, after the last (a batch
         is one sync, not one per line: a crash mid-batch leaves at most a partial last line, which the next
         append starts after, and traces not yet written are not in :attr:`done`)."""
-        lines = []
+        lines, keys = [], []
         for t in traces:
             lines.append(_line("trace", t))
-            self.done.add(t.key)
+            keys.append(t.key)
         self._fh.write("".join(lines))
+        self.done.update(keys)  # only once written: a trace that cannot be serialized fails the whole batch
         if self.mode == "a" and lines:
             self._sync()
 
