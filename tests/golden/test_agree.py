@@ -300,3 +300,23 @@ def test_bad_options_are_input_errors(tmp_path):
         agree(ls, n_resamples=0)
     with pytest.raises(InputError, match="strictly between 0 and 1"):
         agree(ls, confidence=1.0)
+
+
+def test_summary_says_when_an_interval_left_out_undefined_resamples(tmp_path, cli):
+    # two items, one relevant, one not: a draw of the same item twice has one class only, so kappa is 0/0 there
+    rows = [{"query_id": "q1", "unit_id": "u1", "grade": 2}, {"query_id": "q2", "unit_id": "u2", "grade": 0}]
+    paths = [_write(tmp_path / f"{n}.jsonl", rows) for n in ("a", "b")]
+    args = ["golden", "agree", *map(str, paths), "--resamples", "50"]
+    code, text, err = cli(args)
+    assert code == 0, err
+    rep = json.loads(cli([*args, "--json"])[1])
+    left_out = rep["overall"]["kappa_binary"]["undefined_resamples"]
+    # oracle: the same seeded draws of item indices; undefined exactly when both draws are one item
+    draws = np.random.default_rng(0).integers(0, 2, size=(50, 2))
+    assert left_out == int((draws[:, 0] == draws[:, 1]).sum()) > 0
+    flat = " ".join(text.split())
+    assert "rest on fewer resamples than asked" in flat and f"{left_out} of 50" in flat
+    # with enough items every draw is defined and nothing is said
+    paths, _ = _random_files(tmp_path, 0, 2, 60)
+    code, text, _ = cli(["golden", "agree", *map(str, paths), "--resamples", "20"])
+    assert code == 0 and "fewer resamples" not in text

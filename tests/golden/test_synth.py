@@ -230,6 +230,21 @@ def test_an_existing_file_it_did_not_write_is_never_replaced(tmp_path, capsys):
     assert len(_lines(own)) == 7
 
 
+def test_a_merge_labels_output_of_a_synth_file_is_never_regenerated_over(tmp_path, capsys):
+    from ragassay.cli.golden_pool import MERGED_KEY
+
+    own = tmp_path / "own.jsonl"
+    assert run(capsys, "golden", "synth", "--out", own, "--per-stratum", "lexical=5")[0] == 0
+    # merge-labels keeps the synth generator and records the merge beside it; the file now holds people's grades
+    lines = _lines(own)
+    lines[0]["generator"][MERGED_KEY] = [{"labels": "labels.jsonl", "n": 3, "k": 10}]
+    own.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    before = hashlib.sha256(own.read_bytes()).hexdigest()
+    code, _, err = run(capsys, "golden", "synth", "--out", own, "--per-stratum", "lexical=6")
+    assert code == 2 and "refusing to overwrite" in err
+    assert hashlib.sha256(own.read_bytes()).hexdigest() == before
+
+
 def test_a_non_jsonl_out_is_refused(tmp_path, capsys):
     code, _, err = run(capsys, "golden", "synth", "--out", tmp_path / "s.yaml")
     assert code == 2 and "--out must end in .jsonl" in err

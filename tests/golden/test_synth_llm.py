@@ -394,3 +394,20 @@ def test_the_prompt_and_schema_ask_for_single_questions_with_verbatim_excerpts()
     assert item["required"] == ["question", "excerpts"] and item["additionalProperties"] is False
     assert schema["required"] == ["justification", "cannot_judge", "questions"]
     assert schema["additionalProperties"] is False
+
+
+def test_blank_questions_from_the_model_are_counted_in_the_summary(tmp_path, capsys, corpus_dir, fake_provider):
+    def with_blank(system, user):
+        got = respond(system, user)
+        if doc_of(user) == "alpha":
+            got = {**got, "questions": [*got["questions"], q("   ", sentence("alpha", 0))]}
+        return got
+
+    fake_provider.responder = with_blank
+    cfg = judge_yaml(tmp_path, fake_provider)
+    code, out, err = synth(capsys, tmp_path, corpus_dir, cfg)
+    assert code == 0, err
+    assert "filters: 1 blank questions dropped, 8 generated," in " ".join(out.split())
+    code, out, err = synth(capsys, tmp_path, corpus_dir, cfg, "--json")
+    c = json.loads(out)["counts"]
+    assert code == 0 and (c["blank_questions"], c["generated"], c["kept"]) == (1, 8, 5)

@@ -19,6 +19,20 @@ def _fmt(fig: dict) -> str:
     return f"{fig['value']:.2f}{ci}"
 
 
+def _thin_intervals(report: dict) -> list[tuple[str, int]]:
+    """(figure, resamples left out) of every defined figure some of whose resamples were undefined."""
+    sets = [("", report["overall"])] + [(f"stratum {s} ", f) for s, f in (report["strata"] or {}).items()]
+    out = []
+    for where, f in sets:
+        figs = [(f"{where}{k.replace('_', ' ')}", f[k]) for k in ("kappa_binary", "kappa_graded", "alpha_ordinal",
+                                                                   "alpha_nominal")]
+        figs += [(f"{where}{p['a']}-{p['b']} {k.replace('_', ' ')}", p[k]) for p in f["pairs"]
+                 for k in ("kappa_binary", "kappa", "kappa_linear", "kappa_quadratic")]
+        out += [(name, fig["undefined_resamples"]) for name, fig in figs
+                if fig["value"] is not None and fig["undefined_resamples"]]
+    return out
+
+
 def _print(report: dict, out: Path | None) -> None:
     o = report["overall"]
     method = "Cohen" if o["kappa_method"] == "cohen" else "Light (mean pairwise)"
@@ -47,6 +61,13 @@ def _print(report: dict, out: Path | None) -> None:
     if n_undef:
         console.print(f"{n_undef} figure(s) undefined (kappa or alpha is 0/0 where every label is the same, or a "
                       "pair shares no item); --json gives each reason", markup=False)
+    thin = _thin_intervals(report)
+    if thin:
+        worst, n_bad = max(thin, key=lambda t: t[1])
+        console.print(f"{len(thin)} interval(s) rest on fewer resamples than asked: the figure was undefined (0/0) on "
+                      f"some draws, which are left out (most: {worst}, {n_bad} of {report['n_resamples']}); few "
+                      "items make an interval look narrower than it is; --json gives each undefined_resamples",
+                      markup=False)
     if report["n_single"]:
         shown = "; ".join(f"{s['source']} ({s['annotator']})" for s in report["single_items"][:5])
         more = ", ..." if report["n_single"] > 5 else ""

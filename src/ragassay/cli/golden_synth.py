@@ -158,7 +158,9 @@ def _calls_text(calls: dict) -> str:
 
 
 def _counts_text(c: dict) -> str:
-    return (f"{c.get('generated', 0)} generated, {c.get('out_of_corpus', 0)} excerpts not in the corpus, "
+    # blank questions from the model never reach `generated`; said so, or the counts would not add up
+    blank = f"{c['blank_questions']} blank questions dropped, " if c.get("blank_questions") else ""
+    return (f"{blank}{c.get('generated', 0)} generated, {c.get('out_of_corpus', 0)} excerpts not in the corpus, "
             f"{c.get('compound', 0)} compound, {c.get('duplicates', 0)} duplicates, "
             f"{c.get('negatives_in_corpus', 0)} negatives found in the corpus, {c.get('surplus', 0)} surplus, "
             f"{c.get('kept', 0)} kept ({c.get('answer_in_question', 0)} flagged answer-in-question)")
@@ -167,13 +169,16 @@ def _counts_text(c: dict) -> str:
 def _is_synth_output(path: Path) -> bool:
     import json
 
+    from ragassay.cli.golden_pool import MERGED_KEY
+
     try:
         with path.open(encoding="utf-8") as fh:
             first = json.loads(fh.readline())
     except (OSError, ValueError):
         return False
     gen = first.get("generator") if isinstance(first, dict) else None
-    if not isinstance(gen, dict):
+    if not isinstance(gen, dict) or MERGED_KEY in gen:
+        # a merge-labels output keeps synth's generator but holds people's labels: never regenerated over
         return False
     kind = str(gen.get("kind", ""))
     return kind.startswith("offline-templates") or (
