@@ -54,7 +54,9 @@ _SCHEMA = pa.schema([("type", pa.string()), ("trace_id", pa.string()), ("query_i
                      ("cut", _UNIT_LIST), ("answer", pa.string()), ("outcome", pa.string()),
                      ("error", pa.string()), ("tokens_in", pa.int64()), ("tokens_out", pa.int64()),
                      ("cost", pa.float64())])
-_TOP = frozenset(Trace.model_fields) | {"type"}
+# agent fields (a trajectory's steps, the agent's claim) are left to the model: a record that names one is
+# handed back and read the slow way, which validates every step
+_TOP = (frozenset(Trace.model_fields) - {"steps", "claimed_success"}) | {"type"}
 # a tuple, made an Arrow array where used: pa.array at import time would import pandas (pyarrow's pandas
 # shim), 0.2 s on every command that merely imports the readers
 _OUTCOMES = ("answered", "abstained", "refused", "error")
@@ -604,7 +606,7 @@ def _build(table, col, lines, ok, sources, branch_names, branch_present, citatio
                 "reranked": [] if reranked[j] else None, "packed": [], "packed_tokens": packed_tokens[j], "cut": [],
                 "answer": answer[j], "citations": cites[j], "outcome": outcome[j], "error": error[j],
                 "durations_ms": dicts[i] if dicts is not None else {}, "tokens_in": tokens_in[j],
-                "tokens_out": tokens_out[j], "cost": cost[j],
+                "tokens_out": tokens_out[j], "cost": cost[j], "steps": [], "claimed_success": None,
                 "meta": metas.get(i, {})})
             _set_fields_set(t, _TRACE_FIELDS_SET)
             _set_extra(t, None)

@@ -76,6 +76,47 @@ class Citation(_Strict):
         return self
 
 
+StepKind = Literal["tool", "retrieval"]
+
+
+def _is_none(v: Any) -> bool:
+    return v is None
+
+
+class Step(_Strict):
+    """One step of an agent's trajectory (spec §12): a tool call or a retrieval call.
+
+    A tool call has its ``name`` (the tool), ``arguments`` and a ``result_digest`` (sha256 hex of the result
+    as the agent saw it; ``result`` may keep a short readable excerpt for transcripts). A retrieval call has
+    its ``query`` and its ranked ``units`` (canonical offsets, checked against the corpus like every other
+    unit list); ``hop`` says which hop of a multi-hop item it serves (1-based; absent: the retrieval steps
+    are hops 1, 2, … in order). ``duration_ms``, ``tokens_in``/``tokens_out`` and ``cost`` are the step's own;
+    ``error`` is the tool's or retriever's error message when the step failed.
+    """
+
+    kind: StepKind
+    name: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    result_digest: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    result: str | None = None
+    query: str | None = None
+    units: list[Unit] = Field(default_factory=list)
+    hop: int | None = Field(default=None, ge=1, le=_BIG)
+    duration_ms: Duration | None = None
+    tokens_in: int | None = Field(default=None, ge=0, le=_BIG)
+    tokens_out: int | None = Field(default=None, ge=0, le=_BIG)
+    cost: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _kind(self) -> Step:
+        if self.kind == "retrieval" and self.query is None:
+            raise ValueError(f"retrieval step {self.name!r} needs its 'query'")
+        if self.kind == "tool" and self.units:
+            raise ValueError(f"tool step {self.name!r} has 'units': only a retrieval step returns ranked units")
+        return self
+
+
 class Trace(_Strict):
     """One (query, trial) through the pipeline.
 
@@ -101,6 +142,9 @@ class Trace(_Strict):
     tokens_in: int | None = Field(default=None, ge=0, le=_BIG)
     tokens_out: int | None = Field(default=None, ge=0, le=_BIG)
     cost: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    # agent fields, written only when present, so a plain RAG trace's line is what it was
+    steps: list[Step] = Field(default_factory=list, exclude_if=operator.not_)
+    claimed_success: bool | None = Field(default=None, exclude_if=_is_none)
     meta: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("citations", mode="before")
@@ -129,6 +173,7 @@ class Trace(_Strict):
         out = [(f"branches.{name}", units) for name, units in self.branches.items()]
         out += [("fused", self.fused), ("reranked", self.reranked or []), ("packed", self.packed),
                 ("cut", self.cut)]
+        out += [(f"steps[{i}].units", s.units) for i, s in enumerate(self.steps) if s.units]
         return out
 
     @property
