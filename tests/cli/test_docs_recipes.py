@@ -191,3 +191,32 @@ def test_no_message_of_the_package_cites_a_spec_section():
     found = [f"{p.relative_to(src)}:{line}: {s[:80]!r}" for p in sorted(src.rglob("*.py"))
              for line, s in _printed_strings(p) if "§" in s]
     assert found == []
+
+
+# ------------------------------------------------------------------------------------------------ docs/analyses.md
+@pytest.mark.slow
+def test_analyses_md_rerank_cost_recipe_runs_on_the_demo_and_its_json_goes_into_the_report(demo, tmp_path):
+    out, _ = demo
+    text = (DOCS / "analyses.md").read_text(encoding="utf-8")
+    recipe = re.search(r"## rerank-cost\n\n```bash\n(.*?)```", text, re.S).group(1).splitlines()
+    args = recipe[1].split()[1:]  # ragassay analyze rerank-cost ... --store demo/ragassay.duckdb -m ndcg@5
+    args[args.index("--store") + 1] = str(out / "ragassay.duckdb")
+    res = cli(*args, "--json", "--resamples", 500)
+    assert res.code == 0, res.err
+    rep = json.loads(res.out)
+    rows = {r["name"]: r for r in rep["rows"]}
+    assert list(rows) == ["hybrid", "hybrid_rerank", "bm25"] and rep["metric"] == "ndcg@5"
+    # the reranker adds quality and latency; its delta per 100 ms is its delta over its added p95, per 100 ms
+    rr = rows["hybrid_rerank"]
+    assert rr["delta"]["value"] > 0 and rr["latency"]["added_p95_ms"] > 0
+    assert rr["delta_per_100ms"] == pytest.approx(100 * rr["delta"]["value"] / rr["latency"]["added_p95_ms"])
+    # the default metric is refused on these runs (their final_k differ), as the docs say
+    default = cli(*[a for a in args if a not in ("-m", "ndcg@5")])
+    assert default.code == 2 and "final_k" in default.err
+    saved = tmp_path / "rerank_cost.json"
+    saved.write_text(res.out, encoding="utf-8")
+    page = tmp_path / "report"
+    res = cli("report", "bm25", "hybrid", "-o", page, "--store", out / "ragassay.duckdb", "--include", saved)
+    assert res.code == 0, res.err
+    html = (page / "index.html").read_text(encoding="utf-8")
+    assert "Quality per millisecond: ndcg@5 against hybrid" in html

@@ -37,6 +37,9 @@ KINDS: dict[str, tuple[str, str]] = {
     "hygiene": ("ragassay.cli.analyze_causal:hygiene",
                 "13-gram overlap, keyword-baseline shortcut audit, retrieval bypass, exclusion union and "
                 "re-score."),
+    "rerank-cost": ("ragassay.cli.analyze_rerank_cost:rerank_cost",
+                    "Quality per millisecond: quality delta with paired CI, added p95 latency, delta per 100 ms, "
+                    "$/1k queries, Pareto set."),
 }
 
 STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")

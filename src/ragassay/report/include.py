@@ -12,7 +12,8 @@ match wins (docs/report.md):
 - ``analyze attacks``: has ``rates``, ``attempts`` and ``rubric``;
 - ``analyze hygiene``: ``kind`` is ``"hygiene"``;
 - ``judge validate``: has ``judge_model``, ``figures`` and ``kappa``;
-- ``analyze ablation``: has ``expectations``, ``placebo``, ``margin`` and ``metric``.
+- ``analyze ablation``: has ``expectations``, ``placebo``, ``margin`` and ``metric``;
+- ``analyze rerank-cost``: ``kind`` is ``"rerank-cost"``.
 
 Every kind becomes the generic ``{"title", "tables": [{"title", "columns", "rows"}], "notes"}`` section (through
 the owning module's ``*_report_section`` function, with an adapter where that function has another shape), and
@@ -30,7 +31,7 @@ from ragassay.report import fmt
 from ragassay.report.analyses import labeller_heading
 
 _KNOWN = ("index-eval, embed-check, corpus check, parse, chunks, sweep, analyze attacks, analyze hygiene, "
-          "judge validate or analyze ablation")
+          "judge validate, analyze ablation or analyze rerank-cost")
 _EMBED_KEYS = ("gap", "top1", "duplicates", "truncation", "drift")
 
 
@@ -263,6 +264,27 @@ def _ablation(d: Mapping) -> dict:
     return {"title": f"Ablation: {d['name']}", "tables": tables, "notes": notes}
 
 
+def _rerank_cost(d: Mapping) -> dict:
+    # the saved file is rerank_cost's own output: layout only; "not measured" latency stays text, never 0
+    rows = []
+    for r in d["rows"]:
+        delta, lat = r.get("delta") or {}, r["latency"]
+        measured = lat.get("status") == "measured"
+        rows.append([r["name"], r.get("fusion_depth"), r.get("reranker"), r["quality"]["value"],
+                     "baseline" if r["role"] == "baseline" else delta.get("value"), delta.get("ci_low"),
+                     delta.get("ci_high"), delta.get("p_adj"),
+                     lat.get("added_p95_ms") if measured else "not measured", lat.get("ci_low"), lat.get("ci_high"),
+                     r.get("delta_per_100ms"), r["cost"]["per_1k_queries"],
+                     {True: "yes", False: "no", None: "not placed"}[r.get("pareto")]])
+    metric = d["metric"]
+    return {"title": f"Quality per millisecond: {metric} against {d['baseline']['name']}",
+            "tables": [{"title": f"{metric}, added p95 latency and cost per config (Pareto set marked)",
+                        "columns": ["config", "fusion_depth", "reranker", metric, "Δ", "Δ low", "Δ high", "p(BH)",
+                                    "added p95 ms", "ms low", "ms high", "Δ per 100 ms", "$/1k queries", "Pareto"],
+                        "rows": rows}],
+            "notes": [f"Pareto set: {', '.join(d['pareto']) or 'none'}", *d.get("notes", [])]}
+
+
 KINDS: tuple[tuple[str, Callable[[Mapping], bool], Callable[[Mapping], dict]], ...] = (
     ("index-eval", lambda d: "curve" in d and "operating_knob" in d, _index_eval),
     ("embed-check", lambda d: "curve" not in d and any(k in d for k in _EMBED_KEYS), _embed_check),
@@ -274,6 +296,7 @@ KINDS: tuple[tuple[str, Callable[[Mapping], bool], Callable[[Mapping], dict]], .
     ("analyze hygiene", lambda d: d.get("kind") == "hygiene", _hygiene),
     ("judge validate", lambda d: all(k in d for k in ("judge_model", "figures", "kappa")), _judge_validate),
     ("analyze ablation", lambda d: all(k in d for k in ("expectations", "placebo", "margin", "metric")), _ablation),
+    ("analyze rerank-cost", lambda d: d.get("kind") == "rerank-cost", _rerank_cost),
 )
 
 
