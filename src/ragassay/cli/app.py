@@ -60,6 +60,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                           "TREC run (traces)."),
     "convert": ("convert", "Convert a JSONL trace file to a Parquet trace dataset, streaming, with every bad "
                            "line counted and named."),
+    "cost": ("cost", "The eval layer's own cost per run: calls, tokens, spend, the same calls sync vs batch and "
+             "cached, deterministic-first share, monthly projection, labelling."),
     "doctor": ("doctor", "Check the environment, the store, and a golden set's pins: PASS / WARN / FAIL "
                          "with a fix each."),
 }
