@@ -79,30 +79,39 @@ def _kill(pids: set[int]) -> None:
             pass
 
 
+def _lines(path: Path) -> int:
+    with path.open("rb") as fh:
+        return sum(1 for _ in fh)
+
+
 def _start_and_kill(work: Path, env: dict[str, str], executor: str) -> tuple[int, dict[int, bytes]]:
     """Start the run, SIGKILL its driver once ``KILL_AFTER`` traces are written; the driver's pid and the
     processes it had started, as they were just before the kill."""
     cmd = [*CLI, "run", "bm25.yaml", "--executor", executor, "--store", "s.duckdb", "--trials", str(TRIALS),
            "--traces-dir", "tr", "--name", "killed", "--json"]
-    driver = subprocess.Popen(cmd, env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # stderr to a file, not a pipe nobody reads while the run goes on: Ray's log lines could fill a pipe and
+    # stall the driver before it writes the traces this waits for
+    err = work / "driver.stderr"
+    with err.open("wb") as fh:
+        driver = subprocess.Popen(cmd, env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=fh)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             files = list((work / "tr").glob("*.jsonl"))
-            if files and sum(1 for _ in files[0].open()) > KILL_AFTER:
+            if files and _lines(files[0]) > KILL_AFTER:
                 break
             if driver.poll() is not None:
-                pytest.fail(f"the run ended before it could be killed: {driver.stderr.read().decode()[-2000:]}")
+                pytest.fail(f"the run ended before it could be killed: {err.read_text()[-2000:]}")
             time.sleep(0.05)
         else:
-            pytest.fail("the run wrote no traces within 60 s")
+            pytest.fail(f"the run wrote no traces within 60 s: {err.read_text()[-2000:]}")
         started = _tree(driver.pid)
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait(timeout=10)
     finally:
         if driver.poll() is None:
             driver.kill()
-        driver.stderr.close()
+            driver.wait(timeout=10)
     assert driver.returncode == -signal.SIGKILL
     return driver.pid, started
 
@@ -128,8 +137,8 @@ def _resume_and_check(work: Path, env: dict[str, str], executor: str, golden, wa
         assert len(keys) == len(set(keys)) == TRIALS * len(golden) * len(st.metrics(rec.run_id))
         assert len(st.done_keys(rec.run_id)) == TRIALS * len(golden)
         assert rows(st, rec.run_id) == want
-    traced = {(t["query_id"], t["trial"]) for t in map(json.loads, (work / "tr" / f"{rec.run_id}.jsonl").open())
-              if t["type"] == "trace"}
+    with (work / "tr" / f"{rec.run_id}.jsonl").open() as fh:
+        traced = {(t["query_id"], t["trial"]) for t in map(json.loads, fh) if t["type"] == "trace"}
     assert traced == {(q.query_id, k) for q in golden.queries for k in range(TRIALS)}
     return done.stderr
 
