@@ -211,8 +211,8 @@ def evaluate(system: Any, *, golden: Any = None, corpus: Any = None, store: Any 
     (built on the fly) or a :class:`~ragassay.golden.GoldenSet`; ``corpus`` a folder, a JSONL file or a
     :class:`~ragassay.corpus.Corpus`; both default to the bundled demo data. ``store`` is a DuckDB path or
     an open :class:`~ragassay.store.Store`; ``options`` a :class:`~ragassay.analysis.scoring.ScoringOptions`
-    (hit rule, relevance threshold, gain, ties), by default the hit rule and relevance threshold the golden
-    set's manifest states. Scoring and storage are exactly ``ragassay score``'s. ``progress`` shows bars on
+    (hit rule, relevance threshold, gain, ties), by default the hit rule, relevance threshold and gain the
+    golden set's manifest states. Scoring and storage are exactly ``ragassay score``'s. ``progress`` shows bars on
     stderr when it is a terminal: the calls of a callable system, then the scoring of the traces.
 
     The traces evaluate makes (from a callable, RAGAS rows or a TREC run) are kept as
@@ -303,11 +303,12 @@ def _evaluate(system, golden, corpus, store, name, trials, concurrency, options,
     corp = _corpus(corpus)
     gs = _golden(golden, corp)
     if options is None:
-        from ragassay.analysis.scoring import ScoringOptions
+        from ragassay.analysis.scoring import ScoringOptions, manifest_gain
 
-        # the golden set's manifest states how its labels are meant to be read (a BEIR import: doc, >= 1)
+        # the golden set's manifest states how its labels are meant to be read (a BEIR import: doc, >= 1, linear)
         options = ScoringOptions(hit_rule=gs.manifest.get("hit_rule") or "any_overlap",
-                                 relevance_threshold=gs.manifest.get("relevance_threshold") or 2)
+                                 relevance_threshold=gs.manifest.get("relevance_threshold") or 2,
+                                 gain=manifest_gain(gs.manifest))
     adapter_problems: list = []
     if read_ahead is not None:  # evaluate found a trace file (anything else is sniffed by _traces_for)
         path = Path(system)

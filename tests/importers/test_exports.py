@@ -269,8 +269,16 @@ def test_beir_manifest_pins_linear_gain_and_linear_scoring_matches_beir(tmp_path
     world = {"golden": str(tmp_path / "out" / "golden"), "corpus": str(tmp_path / "out" / "corpus.jsonl"),
              "root": str(tmp_path)}
     traces = import_json("trec", run, world, capsys)["traces"]
-    linear = score(traces, world, "beir-linear", capsys, "--gain", "linear")
-    exp = score(traces, world, "beir-exp", capsys)
+    # no flag: the manifest's gain (linear, BEIR's); --gain exp overrides it; the Python API reads it too
+    linear = score(traces, world, "beir-linear", capsys)
+    exp = score(traces, world, "beir-exp", capsys, "--gain", "exp")
+    import ragassay
+
+    api = ragassay.evaluate(traces, golden=world["golden"], corpus=world["corpus"], store=tmp_path / "api.duckdb",
+                            name="api")
+    assert api.record.gain == "linear"
+    assert dict(zip(*(api.to_pandas().query("metric == 'ndcg@10'")[c] for c in ("query_id", "value")),
+                    strict=True))["q1"] == pytest.approx(linear[("q1", "ndcg@10")])
     # q1 ranks grade 1 then grade 2: DCG = 1/log2(2) + 2/log2(3), ideal = 2/log2(2) + 1/log2(3) (BEIR's number)
     assert linear[("q1", "ndcg@10")] == pytest.approx((1 + 2 / math.log2(3)) / (2 + 1 / math.log2(3)))
     # exponential gain 2^g - 1: DCG = 1 + 3/log2(3), ideal = 3 + 1/log2(3)
@@ -278,8 +286,8 @@ def test_beir_manifest_pins_linear_gain_and_linear_scoring_matches_beir(tmp_path
     assert linear[("q2", "ndcg@10")] == exp[("q2", "ndcg@10")] == 1.0
 
 
-def test_the_docs_name_every_importer_and_the_linear_gain_flag():
+def test_the_docs_name_every_importer_and_the_manifest_gain():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "importers.md").read_text(encoding="utf-8")
     for command in ("import beir", "import otel", "import ragas", "import deepeval", "import trec"):
         assert f"ragassay {command}" in doc
-    assert "--gain linear" in doc and "user_input" in doc and "gen_ai.retrieval.documents" in doc
+    assert "scores with linear gain" in doc and "user_input" in doc and "gen_ai.retrieval.documents" in doc

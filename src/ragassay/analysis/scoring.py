@@ -88,6 +88,14 @@ class ScoringOptions:
                 "gain": self.gain, "ties": self.ties, "metric_version": METRIC_VERSION}
 
 
+def manifest_gain(manifest: dict | None) -> str:
+    """The nDCG gain a golden set's manifest says its grades are meant for (``generator.gain``: a BEIR import
+    says ``linear``, as BEIR reports nDCG), else ``exp``."""
+    gen = (manifest or {}).get("generator")
+    gain = gen.get("gain") if isinstance(gen, dict) else None
+    return gain if gain in ("exp", "linear") else "exp"
+
+
 @dataclass
 class ScoredRun:
     """Result rows as parallel columns, plus what could not be scored and why."""

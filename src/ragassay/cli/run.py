@@ -169,15 +169,15 @@ THRESHOLD_OPT = typer.Option(None, "--threshold", help="Relevant = grade ≥ thi
                              "manifest, else 2).")
 
 
-def _options(gs, hit_rule: str | None, threshold: int | None, gain: str):
-    """Scoring options: a flag wins, then the golden set's own manifest (a BEIR set says `doc` and 1), then
-    the defaults. ``gs=None`` checks the flags alone."""
-    from ragassay.analysis.scoring import ScoringOptions
+def _options(gs, hit_rule: str | None, threshold: int | None, gain: str | None):
+    """Scoring options: a flag wins, then the golden set's own manifest (a BEIR set says `doc`, 1 and linear
+    gain), then the defaults. ``gs=None`` checks the flags alone."""
+    from ragassay.analysis.scoring import ScoringOptions, manifest_gain
 
     manifest = (gs.manifest or {}) if gs is not None else {}
     rule = hit_rule or manifest.get("hit_rule") or "any_overlap"
     level = threshold if threshold is not None else manifest.get("relevance_threshold", 2)
-    return ScoringOptions(hit_rule=rule, relevance_threshold=level, gain=gain)
+    return ScoringOptions(hit_rule=rule, relevance_threshold=level, gain=gain or manifest_gain(manifest))
 
 
 @contextmanager
@@ -267,7 +267,8 @@ def run(
                                  "queries (with their stages), scoring, traces, store."),
     hit_rule: str = HIT_RULE_OPT,
     threshold: int = THRESHOLD_OPT,
-    gain: str = typer.Option("exp", "--gain", help="nDCG gain: exp | linear."),
+    gain: str = typer.Option(None, "--gain", help="nDCG gain: exp | linear (default: the golden set's manifest, "
+                                              "else exp)."),
     judge: Path = typer.Option(None, "--judge", help="Also judge the run's answers with this judge config "
                                "(as `ragassay judge score`), and print the cost line."),
     executor: str = EXECUTOR_OPT,
@@ -359,7 +360,8 @@ def score(
     name: str = typer.Option(None, "--name"),
     hit_rule: str = HIT_RULE_OPT,
     threshold: int = THRESHOLD_OPT,
-    gain: str = typer.Option("exp", "--gain"),
+    gain: str = typer.Option(None, "--gain", help="nDCG gain: exp | linear (default: the golden set's "
+                                                                 "manifest, else exp)."),
     allow_pin_mismatch: bool = PIN_OPT,
     resume: str = typer.Option(None, "--resume", help="Finish an interrupted score of the same traces (run id, "
                                "prefix or name): rows already stored are kept, none is duplicated."),

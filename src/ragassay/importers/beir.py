@@ -12,7 +12,7 @@ version and atomic folder swap apply.
 
 BEIR reports nDCG as pytrec_eval computes trec_eval's ``ndcg_cut``: linear gain (a document of grade g gains
 g, not 2^g - 1). The manifest records it, ``generator.gain`` = ``linear`` (:data:`BEIR_GAIN`); ragassay
-scores with exponential gain unless told ``--gain linear``, which gives BEIR-comparable nDCG.
+scores a set whose manifest says so with linear gain (``--gain`` overrides), which gives BEIR-comparable nDCG.
 """
 
 from __future__ import annotations
