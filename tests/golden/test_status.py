@@ -28,6 +28,7 @@ from ragassay.golden.status import (
     golden_rot,
     mean_lower_bound,
     pass_status,
+    saturation_bound,
     smoke_sample,
 )
 from ragassay.store import Store
@@ -95,15 +96,20 @@ def test_worked_store_strata_items_and_tiers(worked):
     assert rep["excluded"]["other_version"] == ["z"] and rep["excluded"]["n_other_version"] == 1
     easy, hard = rep["strata"]
     e = easy["metrics"]["recall@10"]
-    assert (e["best"], e["latest"], e["headroom_best"], e["saturated"]) == (1.0, 1.0, 0.0, True)
-    assert easy["passed_by_all"] == ["a1", "a2", "a3"] and easy["saturated"] is True
+    # three perfect items cannot show a ceiling at the default floor: their bound is 0.025 ** (1/3) = 0.29
+    assert (e["best"], e["latest"], e["headroom_best"], e["saturated"]) == (1.0, 1.0, 0.0, False)
+    assert [c["ci_low"] for c in e["configs"]] == [pytest.approx(0.025 ** (1 / 3))] * 2
+    assert easy["passed_by_all"] == ["a1", "a2", "a3"] and easy["saturated"] is False
     h = hard["metrics"]["recall@10"]
     # x2: (0 + 1) / 2, y: (1 + 0) / 2; b3 undefined in both, counted, not scored 0
     assert (h["best"], h["best_run"], h["latest"], h["headroom_latest"]) == (0.5, "y", 0.5, 0.5)
     assert h["saturated"] is False
     assert [(c["run"], c["n_defined"], c["n_undefined"]) for c in h["configs"]] == [("y", 2, 1), ("x2", 2, 1)]
     assert hard["passed_by_all"] == [] and hard["n_undefined_items"] == 1
-    assert rep["saturated_strata"] == ["easy"]
+    assert rep["saturated_strata"] == []
+    with Store.open(worked, read_only=True) as st:
+        low_floor = stored_golden_status(st, _golden(), options=StatusOptions(ci_floor=0.25))
+    assert low_floor["saturated_strata"] == ["easy"]
     assert rep["items"] == {"n": 6, "passed_by_all": 3, "stable": 3, "flipped": ["b1", "b2"],
                             "undefined": ["b3"]}
     tiers = rep["tiers"]
@@ -131,7 +137,7 @@ def test_an_old_failure_keeps_an_item_out_of_smoke(worked):
 def test_stratum_with_one_defined_item_is_undefined_not_saturated(tmp_path):
     with Store.open(tmp_path / "u.duckdb") as st:
         _run(st, "x", [1, NAN, NAN, 1, 1, 1], created=1)
-        rep = stored_golden_status(st, _golden())
+        rep = stored_golden_status(st, _golden(), options=StatusOptions(ci_floor=0.25))
     easy, hard = rep["strata"]
     assert easy["metrics"]["recall@10"]["saturated"] is None  # one value bounds nothing
     assert easy["metrics"]["recall@10"]["best"] == 1.0
@@ -143,11 +149,11 @@ def test_threshold_and_ci_floor_are_options(tmp_path):
     with Store.open(tmp_path / "o.duckdb") as st:
         _run(st, "x", [0.9, 0.9, 0.9, 1, 0.8, 0.9], created=1)
         strict = stored_golden_status(st, _golden())
-        loose = stored_golden_status(st, _golden(), options=StatusOptions(threshold=0.85, ci_floor=0.6))
+        loose = stored_golden_status(st, _golden(), options=StatusOptions(threshold=0.85, ci_floor=0.25))
     assert strict["saturated_strata"] == [] and strict["items"]["passed_by_all"] == 1  # b1 only
-    # hard: mean 0.9, sd 0.1, n 3 -> lower bound 0.9 - 4.303 * 0.1 / sqrt(3) = 0.6516
+    # hard: mean 0.9, sd 0.1, n 3 -> t bound 0.9 - 4.303 * 0.1 / sqrt(3) = 0.6516, exact cap 0.9 * 0.025 ** (1/3)
     lo = loose["strata"][1]["metrics"]["recall@10"]["configs"][0]["ci_low"]
-    assert lo == pytest.approx(0.9 - sps.t.ppf(0.975, 2) * 0.1 / math.sqrt(3))
+    assert lo == pytest.approx(min(0.9 - sps.t.ppf(0.975, 2) * 0.1 / math.sqrt(3), 0.9 * 0.025 ** (1 / 3)))
     assert loose["saturated_strata"] == ["easy", "hard"]
     with pytest.raises(InputError, match="--ci-floor 1.5"):
         StatusOptions(ci_floor=1.5)
@@ -289,7 +295,7 @@ def test_cli_status_json_tiers_and_rot(built_store, capsys):
     tmp, store = built_store
     out_file = tmp / "tiers.yaml"
     code, out, _ = cli(["golden", "status", "--golden", str(tmp / "g"), "--store", str(store), "--json",
-                        "--tiers-out", str(out_file), "--corpus", str(_corpus_dir(tmp / "c2", {"mit": "x\n"}))],
+                        "--ci-floor", "0.15", "--tiers-out", str(out_file), "--corpus", str(_corpus_dir(tmp / "c2", {"mit": "x\n"}))],
                        capsys)
     assert code == 0
     rep = json.loads(out)
@@ -428,3 +434,15 @@ def test_demo_status_matches_an_independent_sql_computation(demo):
     assert set(rep["tiers"]["regression"]["query_ids"]) == set(golden.query_ids) - passed
     assert set(rep["tiers"]["smoke"]["query_ids"]) <= passed
     assert rep["tiers"]["smoke"]["n"] == min(25, len(passed))
+
+
+def test_perfect_scores_saturate_a_stratum_only_with_enough_items():
+    # the t interval of identical values collapses to the mean; the exact cap needs ln(0.025)/ln(0.90) = 35.01
+    # items, so 36 perfect items saturate at the default floor and 35 do not
+    assert math.ceil(math.log(0.025) / math.log(0.90)) == 36
+    for n, saturated in ((2, False), (35, False), (36, True)):
+        mean, low, k = saturation_bound(np.ones(n))
+        assert (mean, k) == (1.0, n) and low == pytest.approx(0.025 ** (1 / n))
+        assert (low >= 0.90) is saturated
+    mean, low, k = saturation_bound(np.array([1.0, NAN]))
+    assert (mean, k) == (1.0, 1) and math.isnan(low)

@@ -117,7 +117,7 @@ def status(
     tiers_out: Path = typer.Option(None, "--tiers-out", help="Write the smoke/regression/full tiers (.yaml)."),
     corpus: Path = typer.Option(None, "--corpus", help="Check the evidence still resolves in this corpus."),
     threshold: float = typer.Option(0.95, "--threshold", help="Saturation level and item pass mark."),
-    ci_floor: float = typer.Option(0.90, "--ci-floor", help="Lowest 95% lower bound a saturated mean may have."),
+    ci_floor: float = typer.Option(0.90, "--ci-floor", help="Lowest saturation bound (t bound capped by mean x 0.025^(1/n)) a saturated mean may have."),
     smoke_size: int = typer.Option(25, "--smoke-size", help="Most items in the smoke tier."),
     seed: int = typer.Option(0, "--seed", help="Seed of the smoke tier's stratified sample."),
     json_out: bool = typer.Option(False, "--json", help="Print the status as JSON."),

@@ -9,8 +9,12 @@ Rules (``docs/labels.md``, "Golden status"):
 - an item *passes* a run when every metric defined for it is ``>= threshold``; it *fails* when one is below;
   with no defined metric it is *undefined* (neither);
 - a stratum is *saturated* on a metric when, for every configuration (its latest run), the mean over the
-  stratum's defined items is ``>= threshold`` and the lower bound of its two-sided 95% t interval
-  (``mean - t(0.975, n-1) * sd / sqrt(n)``, ``sd`` with ddof 1) is ``>= ci_floor``. It is *not saturated*
+  stratum's defined items is ``>= threshold`` and its saturation bound (:func:`saturation_bound`: the
+  smaller of the two-sided 95% t interval's lower end and ``mean * 0.025 ** (1 / n)``) is ``>= ci_floor``.
+  The t interval alone collapses to the mean when every item scores the same (two perfect items would be
+  "saturated"); the second term is the exact (Clopper–Pearson) lower bound on a share when all n items
+  succeed, scaled by the mean, so a stratum needs ``ceil(ln 0.025 / ln ci_floor)`` items (36 at 0.90)
+  before it can be called saturated, however perfect its scores. It is *not saturated*
   when some configuration's mean or bound is below; *undefined* (None) otherwise, i.e. when some
   configuration has fewer than two defined items there;
 - an item is *stable* when every configuration's latest run passes it and no stored run failed it;
@@ -88,6 +92,19 @@ def mean_lower_bound(values: np.ndarray) -> tuple[float, float, int]:
     sd = float(v.std(ddof=1))
     q = float(sps.t.ppf(0.5 + CONFIDENCE / 2, n - 1))
     return mean, mean - q * sd / np.sqrt(n), n
+
+
+def saturation_bound(values: np.ndarray) -> tuple[float, float, int]:
+    """(mean, saturation bound, n) over the defined ``values`` (scores in [0, 1]): the bound is
+    ``min(t_low, mean * (alpha/2) ** (1/n))`` with ``t_low`` from :func:`mean_lower_bound` and alpha = 0.05.
+
+    ``(alpha/2) ** (1/n)`` is the one-sided 97.5% Clopper–Pearson lower bound on a success probability when
+    n of n trials succeed: n items, however alike, cannot show a stratum is at its ceiling with more
+    confidence than that. NaN for n < 2, as the t bound."""
+    mean, low, n = mean_lower_bound(values)
+    if n < 2:
+        return mean, low, n
+    return mean, min(low, mean * ((1 - CONFIDENCE) / 2) ** (1 / n)), n
 
 
 def pass_status(values: np.ndarray, threshold: float) -> np.ndarray:
@@ -182,7 +199,7 @@ def golden_status(golden: GoldenSet, runs: Sequence[RunScores], metrics: Sequenc
         for j, metric in enumerate(metrics):
             cells = []
             for r in configs:
-                mean, low, k = mean_lower_bound(r.values[rows, j])
+                mean, low, k = saturation_bound(r.values[rows, j])
                 cells.append({"run": r.name, "run_id": r.run_id, "config_sha": r.config_sha, "mean": mean,
                               "ci_low": low, "n_defined": k, "n_undefined": int(rows.size - k)})
             defined = [c for c in cells if c["mean"] == c["mean"]]
