@@ -405,11 +405,7 @@ class Run:
     def traces_path(self) -> Path | None:
         """The run's trace JSONL as its readers find it (``judge``, the report's per-query view):
         ``<extra.traces_dir>/<run_id>.jsonl``, else the trace file it was scored from; None if it has none."""
-        folder = (self.record.extra or {}).get("traces_dir")
-        if folder:
-            return Path(folder) / f"{self.run_id}.jsonl"
-        source = self.record.source or ""
-        return Path(source.removeprefix("traces:")) if source.startswith("traces:") else None
+        return self.record.traces_path()
 
     def __repr__(self) -> str:
         return f"Run({self.name!r}, run_id={self.run_id!r}, n_queries={self.record.n_queries})"

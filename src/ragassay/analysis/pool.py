@@ -40,13 +40,8 @@ NO_TRACES = ("recorded no traces; run it again with --keep-traces (or --traces-d
 
 
 def traces_path(rec: RunRecord) -> Path | None:
-    """Where a run's traces are: ``<extra.traces_dir>/<run_id>.jsonl``, else the file it was scored from."""
-    folder = (rec.extra or {}).get("traces_dir")
-    if folder:
-        return Path(folder) / f"{rec.run_id}.jsonl"
-    if rec.source.startswith("traces:"):
-        return Path(rec.source.removeprefix("traces:"))
-    return None
+    """Where a run's traces are (:meth:`RunRecord.traces_path`)."""
+    return rec.traces_path()
 
 
 def select_runs(store: Store, refs: Sequence[str], golden: GoldenSet, corpus: Corpus) -> list[RunRecord]:

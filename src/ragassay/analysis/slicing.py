@@ -63,13 +63,7 @@ def load_run_golden(store: Store, run_ref: str, golden_path: str | Path) -> Gold
 def run_traces(store: Store, run_ref: str) -> dict[tuple[str, int], Trace]:
     """The run's recorded traces by (query_id, trial): ``extra.traces_dir/<run_id>.jsonl`` for pipeline runs,
     the imported file for ``traces:<path>`` runs. An empty dict when none were recorded."""
-    run = store.get_run(run_ref)
-    path = None
-    tdir = (run.extra or {}).get("traces_dir")
-    if tdir:
-        path = Path(tdir) / f"{run.run_id}.jsonl"
-    elif run.source.startswith("traces:"):
-        path = Path(run.source[len("traces:"):])
+    path = store.get_run(run_ref).traces_path()
     if path is None or not path.exists():
         return {}
     return {t.key: t for t in TraceReader(path)}

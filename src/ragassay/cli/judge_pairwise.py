@@ -44,11 +44,9 @@ def _comparable(st, a: str, b: str) -> tuple:
 def _traces_path(rec, given: Path | None) -> Path:
     if given is not None:
         return given
-    if rec.source.startswith("traces:"):
-        return Path(rec.source.removeprefix("traces:"))
-    folder = (rec.extra or {}).get("traces_dir")
-    if folder:
-        return Path(folder) / f"{rec.run_id}.jsonl"
+    path = rec.traces_path()
+    if path is not None:
+        return path
     raise InputError(f"run {rec.name} ({rec.run_id}) recorded no traces (run it with --keep-traces or "
                      "--traces-dir DIR, or score a trace file); pass the traces with --traces")
 

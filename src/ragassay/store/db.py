@@ -133,6 +133,17 @@ class RunRecord:
     ragassay_version: str | None = None
     extra: Mapping[str, Any] | None = None
 
+    def traces_path(self) -> Path | None:
+        """Where the run's trace JSONL is, for every reader (``judge``, pooling, slices' cases, the Python API):
+        ``<extra.traces_dir>/<run_id>.jsonl`` when the run kept its traces, else the trace file it was scored
+        from (``source`` ``traces:<path>``); None when it recorded neither. The file may since have moved."""
+        folder = (self.extra or {}).get("traces_dir")
+        if folder:
+            return Path(folder) / f"{self.run_id}.jsonl"
+        if self.source.startswith("traces:"):
+            return Path(self.source.removeprefix("traces:"))
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         for key in ("created_at", "finished_at"):
