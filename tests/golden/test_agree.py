@@ -263,8 +263,10 @@ def test_bad_label_files_give_one_error_line_each_and_exit_2(tmp_path, cli):
         f'error: {bad}:4: grade "2" is not an integer; write a grade 0-3',
         f'error: {bad}:5: duplicate label of query q1 doc d quote "x" (first at {bad}:1); keep one line per item '
         "and annotator",
-        f"error: {bad}:6: name the passage by doc_id + quote, or by unit_id (exactly one of the two)",
-        f"error: {bad}:7: unknown field(s) gradee; a label line has query_id, doc_id + quote or unit_id, grade "
+        f"error: {bad}:6: name the passage by doc_id + quote, by doc_id + start + end, or by unit_id (exactly one "
+        "of them)",
+        f"error: {bad}:7: unknown field(s) gradee; a label line has query_id, doc_id + quote, doc_id + start + end, "
+        "or unit_id, grade "
         "and optionally annotator",
         f"error: {bad}:8: expected a JSON object, got list",
         f"error: {bad}:9: key 'grade' given twice; keep one",
@@ -320,3 +322,30 @@ def test_summary_says_when_an_interval_left_out_undefined_resamples(tmp_path, cl
     paths, _ = _random_files(tmp_path, 0, 2, 60)
     code, text, _ = cli(["golden", "agree", *map(str, paths), "--resamples", "20"])
     assert code == 0 and "fewer resamples" not in text
+
+
+def test_span_labels_as_the_pooled_labelling_page_saves_them_are_items(tmp_path):
+    # two annotators' downloads from label.html: doc_id + start + end name the item; the quote beside them
+    # (the span's text) may differ in whitespace and is not part of its identity
+    spans = [("q1", "d1", 0, 10), ("q1", "d1", 20, 31), ("q2", "d2", 5, 9), ("q2", "d1", 0, 10), ("q3", "d2", 1, 4)]
+    g1, g2 = [3, 0, 2, 1, 0], [3, 1, 2, 1, 0]
+    paths = [_write(tmp_path / f"{who}.jsonl",
+                    [{"query_id": q, "doc_id": d, "start": a, "end": b, "quote": f"text {a}{' ' * k}", "grade": g}
+                     for (q, d, a, b), g in zip(spans, grades, strict=True)])
+             for k, (who, grades) in enumerate((("ann", g1), ("bob", g2)))]
+    labels = read_labels(paths)
+    assert labels.annotators == ("ann", "bob") and len(labels.items) == 5
+    rep = agree(labels, threshold=2, n_resamples=200, seed=0)
+    assert rep["overall"]["kappa_graded"]["value"] == pytest.approx(
+        cohen_kappa_score(g1, g2, labels=SCALE, weights="linear"))
+    assert [d["start"] for d in rep["disagreements"]] == [20]  # q1's second span: 0 against 1
+    # a span line that is not a span, or mixes the forms, is an error line naming it
+    bad = _write(tmp_path / "bad.jsonl", [{"query_id": "q1", "doc_id": "d1", "start": 9, "end": 3, "grade": 1},
+                                          {"query_id": "q1", "doc_id": "d1", "start": 1, "grade": 1},
+                                          {"query_id": "q1", "unit_id": "u", "start": 0, "end": 2, "grade": 1}])
+    with pytest.raises(InputError) as e:
+        read_labels([paths[0], bad])
+    msg = str(e.value)
+    assert f"{bad}:1: start 9 and end 3 must be integers with 0 <= start < end" in msg
+    assert f"{bad}:2: a span names its passage by doc_id + start + end" in msg
+    assert f"{bad}:3: a span names its passage by doc_id + start + end (and no unit_id)" in msg

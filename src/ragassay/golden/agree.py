@@ -7,8 +7,12 @@ A label file is one annotator's JSONL, one line per (query, passage) item::
     {"query_id": "q017", "doc_id": "gpl-3", "quote": "convey the machine-readable", "grade": 2}
     {"query_id": "q018", "unit_id": "gpl-3#12", "grade": 0, "annotator": "a2"}
 
-The passage is ``doc_id`` + ``quote`` (an evidence entry of the authoring format, verbatim) or a ``unit_id``;
-two lines name the same item when the query id and the passage fields are equal strings. ``grade`` is an
+    {"query_id": "q019", "doc_id": "gpl-3", "start": 410, "end": 467, "quote": "...", "grade": 3}
+
+The passage is ``doc_id`` + ``quote`` (an evidence entry of the authoring format, verbatim), a ``unit_id``, or
+``doc_id`` + ``start`` + ``end`` (canonical offsets, as the pooled labelling page saves them; a ``quote`` beside
+them is the span's text and not part of the item's identity). Two lines name the same item when the query id
+and the passage fields are equal. ``grade`` is an
 integer on the golden scale 0..MAX_GRADE; relevant means ``grade >= threshold`` (the golden set's
 ``relevance_threshold``, default 2). ``annotator`` is optional and defaults to the file's stem.
 """
@@ -31,7 +35,7 @@ from ragassay.yamlio import read_utf8
 
 DISAGREEMENT_KIND = "label_disagreement"
 DEFAULT_THRESHOLD = 2
-_FIELDS = {"query_id", "doc_id", "quote", "unit_id", "grade", "annotator"}
+_FIELDS = {"query_id", "doc_id", "quote", "unit_id", "start", "end", "grade", "annotator"}
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,8 @@ class LabelSet:
 def _item_key(rec: dict, at: str, problems: list[str]) -> tuple[tuple[str, str], ...] | None:
     unknown = sorted(set(rec) - _FIELDS)
     if unknown:
-        problems.append(f"{at}: unknown field(s) {', '.join(unknown)}; a label line has query_id, doc_id + quote "
-                        "or unit_id, grade and optionally annotator")
+        problems.append(f"{at}: unknown field(s) {', '.join(unknown)}; a label line has query_id, doc_id + quote, "
+                        "doc_id + start + end, or unit_id, grade and optionally annotator")
         return None
     bad = [k for k in ("query_id", "doc_id", "quote", "unit_id", "annotator")
            if k in rec and not (isinstance(rec[k], str) and rec[k].strip())]
@@ -62,9 +66,21 @@ def _item_key(rec: dict, at: str, problems: list[str]) -> tuple[tuple[str, str],
     if "query_id" not in rec:
         problems.append(f"{at}: missing query_id")
         return None
+    by_span = "start" in rec or "end" in rec
+    if by_span:
+        if "unit_id" in rec or not all(k in rec for k in ("doc_id", "start", "end")):
+            problems.append(f"{at}: a span names its passage by doc_id + start + end (and no unit_id)")
+            return None
+        a, b = rec["start"], rec["end"]
+        if any(isinstance(x, bool) or not isinstance(x, int) for x in (a, b)) or not 0 <= a < b:
+            problems.append(f"{at}: start {json.dumps(a)} and end {json.dumps(b)} must be integers with "
+                            "0 <= start < end (canonical offsets)")
+            return None
+        return (("query_id", rec["query_id"]), ("doc_id", rec["doc_id"]), ("start", a), ("end", b))
     by_unit, by_quote = "unit_id" in rec, ("doc_id" in rec or "quote" in rec)
     if by_unit == by_quote or (by_quote and not ("doc_id" in rec and "quote" in rec)):
-        problems.append(f"{at}: name the passage by doc_id + quote, or by unit_id (exactly one of the two)")
+        problems.append(f"{at}: name the passage by doc_id + quote, by doc_id + start + end, or by unit_id "
+                        "(exactly one of them)")
         return None
     passage = ("unit_id",) if by_unit else ("doc_id", "quote")
     return (("query_id", rec["query_id"]), *((k, rec[k]) for k in passage))
@@ -145,6 +161,8 @@ def _read_one(path: Path, max_grade: int, problems: list[str]) -> tuple[str, dic
 def _describe(item: Mapping[str, str]) -> str:
     if "unit_id" in item:
         return f"query {item['query_id']} unit {item['unit_id']}"
+    if "start" in item:
+        return f"query {item['query_id']} doc {item['doc_id']} span [{item['start']}, {item['end']})"
     quote = item["quote"] if len(item["quote"]) <= 40 else item["quote"][:37] + "..."
     return f"query {item['query_id']} doc {item['doc_id']} quote {json.dumps(quote, ensure_ascii=False)}"
 
