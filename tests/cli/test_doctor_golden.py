@@ -150,17 +150,21 @@ def test_computed_or_recorded_kappa_stays_quiet(tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------------------------- tiers
-def write_tiers(golden: Path, db: Path, tiers: Path, capsys) -> dict:
-    code, out, err = cli(["golden", "status", "--golden", golden, "--store", db, "--tiers-out", tiers, "--json"],
-                         capsys)
+def write_tiers(golden: Path, db: Path, tiers: Path, capsys, ci_floor: float = 0.3) -> dict:
+    # four items cannot saturate a stratum at the default floor (their exact cap is 0.025 ** (1/4) = 0.398):
+    # the rule recorded in the tier file, which doctor reads, is a floor of 0.3 unless a test says otherwise
+    code, out, err = cli(["golden", "status", "--golden", golden, "--store", db, "--tiers-out", tiers, "--json",
+                          "--ci-floor", ci_floor], capsys)
     assert code == 0, err
     return json.loads(out)
 
 
 def lower_bound(values: list[float]) -> float:
-    """The two-sided 95% t lower bound of the mean, from scipy (the oracle for golden status's rule)."""
+    """The two-sided 95% t lower bound of the mean, from scipy, capped by mean x 0.025^(1/n) (the oracle for
+    golden status's rule)."""
     v = np.asarray(values)
-    return float(sps.t.interval(0.95, len(v) - 1, loc=v.mean(), scale=sps.sem(v))[0]) if v.std() else v.mean()
+    t = float(sps.t.interval(0.95, len(v) - 1, loc=v.mean(), scale=sps.sem(v))[0]) if v.std() else v.mean()
+    return min(t, float(v.mean()) * 0.025 ** (1 / len(v)))
 
 
 def test_a_stratum_saturated_since_the_tiers_were_written_is_flagged(tmp_path, capsys):
@@ -174,14 +178,15 @@ def test_a_stratum_saturated_since_the_tiers_were_written_is_flagged(tmp_path, c
     (line,) = checks(["doctor", "--store", db, "--golden", golden, "--tiers", tiers], capsys, "tiers")
     assert line["verdict"] == "PASS" and "(saturated: none;" in line["detail"]
 
-    # tuesday's run of the same configuration passes every lexical item: mean 1, sd 0, so the bound is 1 too
-    assert lower_bound([1.0] * 4) == 1.0 and lower_bound([1.0, 1.0, 1.0, 0.9]) < 0.90
+    # tuesday's run of the same configuration passes every lexical item: mean 1, sd 0, so the bound is the cap
+    assert lower_bound([1.0] * 4) == pytest.approx(0.3976, abs=1e-4)
+    assert lower_bound([1.0, 1.0, 1.0, 0.0]) < 0.3
     store_run(db, "tuesday", version, [1.0] * 4, [0.5] * 4)
     (line,) = checks(["doctor", "--store", db, "--golden", golden, "--tiers", tiers], capsys, "tiers")
     assert line["verdict"] == "WARN"
     assert line["detail"] == (f"{tiers}: saturated stratum(s) still in the regression tier, the one that gates a "
                               "change: lexical (1 of its 4 items); saturated = every configuration's mean >= 0.95 "
-                              "with 95% lower bound >= 0.9 on recall@10, over 1 configuration(s) stored. The gate "
+                              "with saturation bound >= 0.3 on recall@10, over 1 configuration(s) stored. The gate "
                               "spends its time where no configuration can move (see docs/labels.md)")
     assert line["fix"].startswith(f"retire them to smoke: ragassay golden status --golden {golden} --store {db} "
                                   f"--tiers-out {tiers}")
@@ -248,3 +253,13 @@ def test_the_bundled_golden_set_has_no_agreement_record(tmp_path, capsys):
     (line,) = checks(["doctor", "--store", tmp_path / "none.duckdb", "--golden", built], capsys, "agreement")
     assert line["verdict"] == "WARN" and "(annotators: ragassay-maintainers)" in line["detail"]
     assert line["detail"].startswith("the golden labels have no agreement record: kappa_binary undefined")
+
+
+def test_four_perfect_items_do_not_saturate_at_the_default_floor(tmp_path, capsys):
+    golden = build(tmp_path, ["human"] * 8)
+    db = tmp_path / "s.duckdb"
+    store_run(db, "run", load_golden(golden).dataset_version, [1.0] * 4, [0.5] * 4)
+    rep = write_tiers(golden, db, tmp_path / "tiers.yaml", capsys, ci_floor=0.9)
+    lexical = rep["strata"][0]["metrics"]["recall@10"]
+    assert rep["saturated_strata"] == [] and lexical["saturated"] is False
+    assert lexical["configs"][0]["ci_low"] == pytest.approx(lower_bound([1.0] * 4))

@@ -665,7 +665,7 @@ def tier_checks(tiers: Path, golden: Path, store: Path) -> list[Check]:
     gating = {s: sum(stratum_of[q] == s for q in gate) for s in rep["saturated_strata"]}
     gating = {s: n for s, n in gating.items() if n}
     metrics = ", ".join(data["metrics"])
-    rule_text = (f"every configuration's mean >= {options.threshold:g} with 95% lower bound >= "
+    rule_text = (f"every configuration's mean >= {options.threshold:g} with saturation bound >= "
                  f"{options.ci_floor:g} on {metrics}, over {len(rep['configs'])} configuration(s) stored")
     if not gating:
         saturated = ", ".join(rep["saturated_strata"]) or "none"

@@ -75,8 +75,8 @@ def _print_status(rep: dict) -> None:
                   f"{ex['n_other_version']} of other versions, {ex['n_unfinished']} unfinished, "
                   f"{ex['n_missing_metric']} without the metric(s)")
     rule = rep["rule"]
-    console.print(f"saturated: every configuration's stratum mean >= {rule['threshold']} with 95% lower bound "
-                  f">= {rule['ci_floor']}; an item passes at >= {rule['threshold']}")
+    console.print(f"saturated: every configuration's stratum mean >= {rule['threshold']} with saturation "
+                  f"bound >= {rule['ci_floor']} (95% t bound, capped by mean x 0.025^(1/n)); an item passes at >= {rule['threshold']}")
     t = Table(show_edge=False)
     for col in ("stratum", "items", "metric", "best", "best run", "latest", "headroom", "saturated",
                 "passed by all", "undefined items"):
