@@ -8,9 +8,20 @@ import typer
 from rich.table import Table
 
 from ragassay.cli import checks
-from ragassay.cli.analyze import JSON_OPT, STORE_OPT, _open
-from ragassay.cli.analyze_causal import REBASELINE_OPT, print_rebaselined
+from ragassay.cli.analyze_causal import JSON_OPT, REBASELINE_OPT, print_rebaselined
 from ragassay.cli.common import console, esc, print_json
+from ragassay.errors import InputError
+
+# `analyze` imports this module by name from its table of kinds, so its options are not imported from there
+STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")
+
+
+def _open(store: Path):
+    from ragassay.store import Store
+
+    if not store.exists():
+        raise InputError(f"{store}: no results store here; run `ragassay run` first or pass --store")
+    return Store.open(store, read_only=True)
 
 
 def _n(x, fmt: str = ".3f", undefined: str = "undefined") -> str:

@@ -1,6 +1,8 @@
 """`ragassay cost`: the eval layer's own cost per stored run (spec §16) — calls, tokens, spend as paid, the
 same calls priced sync vs batch with and without the cached prefix, deterministic-first share, a monthly
-projection over a CI tier and the labelling cost. The figures are :mod:`ragassay.analysis.eval_cost`'s."""
+projection over a CI tier and the labelling cost. With ``--project``, what judging the run's answers with the
+``--judge`` LLM config would cost (projected, never mixed with spend as paid). The figures are
+:mod:`ragassay.analysis.eval_cost`'s."""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ from ragassay.errors import InputError
 
 DEFAULT_TIER = "regression"
 DEFAULT_RUNS_PER_MONTH = 30
+# Equal to ragassay.analysis.eval_cost's (a test checks); this module imports no analysis when it loads.
+DEFAULT_OUTPUT_TOKENS = 150
+DEFAULT_MIN_CACHED_PREFIX = 1024
 
 
 def _usd(s: dict) -> str:
@@ -21,6 +26,52 @@ def _usd(s: dict) -> str:
 
 def _share(x: float, what: str) -> str:
     return f"{x:.0%}" if x == x else f"undefined (no {what})"
+
+
+def _four(f: dict) -> str:
+    return (f"sync {_usd(f['sync_uncached'])} uncached, {_usd(f['sync_cached'])} with the cached prefix; batch "
+            f"{_usd(f['batch_uncached'])} uncached, {_usd(f['batch_cached'])} with the cached prefix")
+
+
+def _print_projected(p: dict, proj: dict | None) -> None:
+    calls, tok = p["calls"], p["tokens"]
+    kinds = ", ".join(f"{n} {k}" for k, n in calls["by_kind"].items())
+    console.print(f"  projected judging with {esc(p['judge_model'])} ({esc(p['judge_config'])}): no call made, "
+                  "estimates only, not spend")
+    console.print(f"    projected calls: {calls['total']} ({esc(kinds) or 'none'}) for {p['answered']} answered of "
+                  f"{p['answers']} answers")
+    console.print(f"    projected tokens: {tok['input']:,} in ({tok['cacheable_prefix']:,} rubric prefix, "
+                  f"{tok['per_item']:,} per item), {tok['output']:,} out ({tok['output_per_call']} per call, "
+                  f"{esc(tok['output_basis'])}); counted by {tok['counter']}, the local counter, not the "
+                  "provider's tokenizer")
+    console.print(f"    projected cost: {esc(_four(p['figures']))}")
+    d = p["deterministic_first"]
+    if "routes" not in d:
+        console.print(f"    projected deterministic-first: {esc(d['undefined'])}")
+    else:
+        share = "undefined" if d["share"] is None else f"{d['share']:.0%}"
+        r = d["routes"]
+        console.print(f"    projected deterministic-first: {share} ({d['decided']} of {d['judgements']} support "
+                      f"judgements decided by tier 1 {esc(d['tier1'])}: {r['auto_pass']} auto-pass, "
+                      f"{r['auto_fail']} auto-fail; band [{d['band']['lo']:g}, {d['band']['hi']:g}])")
+        console.print(f"    projected cost with deterministic-first: {esc(_four(p['figures_deterministic_first']))}")
+        saved = p["saving_deterministic_first"]["batch_cached"]
+        if saved is not None:
+            console.print(f"    projected saving of deterministic-first on batch with the cached prefix: ${saved:.4f}")
+    for name, label in (("sync_uncached_over_batch_cached", "batch with the cached prefix"),
+                        ("sync_uncached_over_batch_cached_deterministic_first",
+                         "batch with the cached prefix and deterministic-first")):
+        q = p["ratios"][name]
+        value = f"{q['value']:.2f}x" if q["value"] is not None else f"undefined ({esc(q['undefined'])})"
+        console.print(f"    projected ratio sync uncached / {label}: {value}")
+    if p["monthly"] is not None and proj is not None:
+        a, b = p["monthly"]["all_calls"], p["monthly"]["deterministic_first"]
+        console.print(esc(f"    projected monthly ({proj['tier']} tier, {proj['items']} items x "
+                          f"{proj['runs_per_month']} runs): sync uncached {_usd(a['sync_uncached'])}; batch with "
+                          f"the cached prefix {_usd(a['batch_cached'])}, with deterministic-first "
+                          f"{_usd(b['batch_cached'])}"))
+    for note in p["notes"]:
+        console.print(f"    projected note: {esc(note)}")
 
 
 def _print(rep: dict) -> None:
@@ -55,6 +106,8 @@ def _print(rep: dict) -> None:
             console.print(f"  monthly total with labelling: ${r['monthly_total']:.2f}")
         for note in r["notes"]:
             console.print(f"  note: {esc(note)}")
+        if r["projected"] is not None:
+            _print_projected(r["projected"], proj)
     lab = rep["labelling"]
     console.print(f"labelling: {_usd(lab)} per month" if lab["usd"] is not None else f"labelling: {lab['undefined']}",
                   markup=False)
@@ -71,10 +124,22 @@ def cost(
                                             "needs --tiers."),
     labelling_hours: float = typer.Option(None, "--labelling-hours", help="Labelling hours per month."),
     hourly_rate: float = typer.Option(None, "--hourly-rate", help="Labelling USD per hour."),
+    project: bool = typer.Option(False, "--project", help="Also project what judging the runs' answers with the "
+                                 "--judge LLM config would cost: renders its prompts from the runs' traces, counts "
+                                 "their tokens, prices them (labelled projected)."),
+    output_tokens: int = typer.Option(None, "--output-tokens", help="Projected output tokens per call (default "
+                                      f"{DEFAULT_OUTPUT_TOKENS}, capped at the config's max_tokens); needs --project."),
+    min_cached_prefix: int = typer.Option(None, "--min-cached-prefix", help="Smallest prompt prefix the provider "
+                                          f"caches, in tokens (default {DEFAULT_MIN_CACHED_PREFIX}; 0: cache any); "
+                                          "needs --project."),
+    golden: Path = typer.Option(None, "--golden", help="Golden set the runs used (default: bundled); needs "
+                                "--project."),
+    corpus: Path = typer.Option(None, "--corpus", help="Corpus the runs used (default: bundled); needs --project."),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
     """The eval layer's own cost per run: calls, tokens, cache hits, spend as paid, the same calls sync vs
-    batch with and without the cached prefix, deterministic-first share, monthly projection, labelling."""
+    batch with and without the cached prefix, deterministic-first share, monthly projection, labelling. With
+    --project: what judging the runs' answers with the --judge LLM config would cost, labelled projected."""
     from ragassay.analysis.eval_cost import Projection, cost_report, labelling_cost, load_tier, run_cost
     from ragassay.store import Store
 
@@ -91,21 +156,50 @@ def cost(
     for flag, v in (("--labelling-hours", labelling_hours), ("--hourly-rate", hourly_rate)):
         if v is not None and not v >= 0:
             problems.append(f"--{flag.lstrip('-')} {v}: give a number >= 0")
+    if project and judge is None:
+        problems.append("--project needs --judge JUDGE.yaml: the LLM judge whose prompts and prices to project "
+                        "(for example examples/judges/claude-sonnet-5.yaml)")
+    for flag, v in (("--output-tokens", output_tokens), ("--min-cached-prefix", min_cached_prefix),
+                    ("--golden", golden), ("--corpus", corpus)):
+        if v is not None and not project:
+            problems.append(f"{flag} shapes the projection: add --project (and --judge JUDGE.yaml)")
+    if output_tokens is not None and output_tokens < 1:
+        problems.append(f"--output-tokens {output_tokens}: give a whole number >= 1")
+    if min_cached_prefix is not None and min_cached_prefix < 0:
+        problems.append(f"--min-cached-prefix {min_cached_prefix}: give a whole number >= 0")
     if problems:
         raise InputError("\n".join(problems))
     labelling = labelling_cost(labelling_hours, hourly_rate)
     projection = None
     if tiers is not None:
         projection = Projection(load_tier(tiers, tier or DEFAULT_TIER), runs_per_month or DEFAULT_RUNS_PER_MONTH)
-    prices = None
+    prices = cfg = None
     if judge is not None:
         from ragassay.judges.config import load_judge_config
         from ragassay.judges.providers import price_table
 
-        prices = price_table(load_judge_config(judge).prices, where=f"{judge}: prices")
+        cfg = load_judge_config(judge)
+        prices = price_table(cfg.prices, where=f"{judge}: prices")
+        if project and cfg.provider == "local":
+            raise InputError(f"{judge}: a local judge makes no call, so there is nothing to project; pass an LLM "
+                             "judge config (provider anthropic or openai, with prices), for example "
+                             "examples/judges/claude-sonnet-5.yaml")
+    inputs = None
+    if project:
+        from ragassay.analysis.runner import load_inputs
+
+        inputs = load_inputs(corpus, golden)
     with Store.open(store, read_only=True) as st:
         costs = [run_cost(st, ref, prices, None if judge is None else str(judge)) for ref in runs]
-    rep = cost_report(costs, projection, labelling)
+        projected = None
+        if inputs is not None:
+            from ragassay.analysis.eval_cost import project_judging
+
+            corp, gs = inputs
+            prefix = DEFAULT_MIN_CACHED_PREFIX if min_cached_prefix is None else min_cached_prefix
+            projected = [project_judging(st, c.run_id, cfg, str(judge), gs, corp, output_tokens=output_tokens,
+                                         min_cached_prefix=prefix) for c in costs]
+    rep = cost_report(costs, projection, labelling, projected)
     if json_out:
         print_json(rep)
         return
