@@ -220,3 +220,29 @@ def test_analyses_md_rerank_cost_recipe_runs_on_the_demo_and_its_json_goes_into_
     assert res.code == 0, res.err
     html = (page / "index.html").read_text(encoding="utf-8")
     assert "Quality per millisecond: ndcg@5 against hybrid" in html
+
+
+# ------------------------------------------------------------------------------------------------ docs/cost.md
+@pytest.mark.slow
+def test_cost_projection_on_the_demo_goes_into_the_report_as_projected_never_as_paid(demo, tmp_path):
+    out, _ = demo
+    store = out / "ragassay.duckdb"
+    judge = Path(__file__).resolve().parents[2] / "examples" / "judges" / "claude-sonnet-5.yaml"
+    res = cli("cost", "bm25", "--store", store, "--judge", judge, "--project", "--json")
+    assert res.code == 0, res.err
+    rep = json.loads(res.out)
+    (run,) = rep["runs"]
+    p = run["projected"]
+    assert run["spend"] == 0 and p["label"] == "projected"
+    saved = tmp_path / "cost.json"
+    saved.write_text(res.out, encoding="utf-8")
+    page = tmp_path / "report"
+    res = cli("report", "bm25", "-o", page, "--store", store, "--include", saved)
+    assert res.code == 0, res.err
+    html = (page / "index.html").read_text(encoding="utf-8")
+    assert "The eval layer&#39;s own cost" in html
+    assert "Projected: the same answers judged by an LLM judge (no call made)" in html
+    # the projected figures are the JSON's, as the report prints them (3 decimals)
+    det = p["figures_deterministic_first"]["batch_cached"]["usd"]
+    assert f"<td>{p['figures']['sync_uncached']['usd']:.3f}</td>" in html.replace(' class="num"', "")
+    assert f"{det:.3f}" in html

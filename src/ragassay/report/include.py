@@ -13,7 +13,8 @@ match wins (docs/report.md):
 - ``analyze hygiene``: ``kind`` is ``"hygiene"``;
 - ``judge validate``: has ``judge_model``, ``figures`` and ``kappa``;
 - ``analyze ablation``: has ``expectations``, ``placebo``, ``margin`` and ``metric``;
-- ``analyze rerank-cost``: ``kind`` is ``"rerank-cost"``.
+- ``analyze rerank-cost``: ``kind`` is ``"rerank-cost"``;
+- ``cost``: has ``runs``, ``projection`` and ``labelling``.
 
 Every kind becomes the generic ``{"title", "tables": [{"title", "columns", "rows"}], "notes"}`` section (through
 the owning module's ``*_report_section`` function, with an adapter where that function has another shape), and
@@ -31,7 +32,7 @@ from ragassay.report import fmt
 from ragassay.report.analyses import labeller_heading
 
 _KNOWN = ("index-eval, embed-check, corpus check, parse, chunks, sweep, analyze attacks, analyze hygiene, "
-          "judge validate, analyze ablation or analyze rerank-cost")
+          "judge validate, analyze ablation, analyze rerank-cost or cost")
 _EMBED_KEYS = ("gap", "top1", "duplicates", "truncation", "drift")
 
 
@@ -285,6 +286,49 @@ def _rerank_cost(d: Mapping) -> dict:
             "notes": [f"Pareto set: {', '.join(d['pareto']) or 'none'}", *d.get("notes", [])]}
 
 
+def _usd(fig: Mapping | None):
+    # a figure of `ragassay cost`: USD, or its reason for being undefined (never 0 in its place)
+    if not fig:
+        return None
+    return fig["usd"] if fig.get("usd") is not None else f"undefined: {fig.get('undefined')}"
+
+
+def _cost(d: Mapping) -> dict:
+    # the saved file is `ragassay cost --json`: spend as paid and the modelled figures per run; a projection
+    # (--project) in its own table, labelled projected, never mixed with what was paid
+    paid, projected, notes = [], [], []
+    for r in d["runs"]:
+        m, det = r.get("modelled") or {}, r.get("deterministic_first") or {}
+        paid.append([r["run_name"], r.get("judge_model"), r["calls"]["total"], r["calls"].get("llm"),
+                     r.get("spend"), _usd(m.get("sync_uncached")), _usd(m.get("batch_cached")),
+                     det.get("share") if det.get("share") is not None else f"undefined: {det.get('undefined')}",
+                     r.get("monthly_total")])
+        notes += [f"{r['run_name']}: {n}" for n in r.get("notes", [])]
+        p = r.get("projected")
+        if p:
+            f, fd, ratios = p["figures"], p.get("figures_deterministic_first") or {}, p.get("ratios") or {}
+            share = (p.get("deterministic_first") or {}).get("share")
+            ratio = (ratios.get("sync_uncached_over_batch_cached_deterministic_first") or {}).get("value")
+            projected.append([r["run_name"], p["judge_model"], p["calls"]["total"], p["tokens"]["input"],
+                              p["tokens"]["output"], _usd(f.get("sync_uncached")), _usd(f.get("batch_uncached")),
+                              _usd(f.get("batch_cached")), share, _usd(fd.get("batch_cached")), ratio])
+            notes += [f"{r['run_name']} (projected): {p['basis']}", f"{r['run_name']} (projected): "
+                      f"{p['tokens']['estimate']}; output {p['tokens']['output_basis']}"]
+    lab = d.get("labelling") or {}
+    notes.append(f"labelling: ${lab['usd']:.2f} per month" if lab.get("usd") is not None
+                 else f"labelling: {lab.get('undefined')}")
+    tables = [{"title": "Spend as paid and the same calls modelled (judge_calls of each run)",
+               "columns": ["run", "judge", "calls", "LLM calls", "spend $", "sync uncached $", "batch cached $",
+                           "deterministic-first share", "monthly $"], "rows": paid}]
+    if projected:
+        tables.append({"title": "Projected: the same answers judged by an LLM judge (no call made)",
+                       "columns": ["run", "judge", "calls", "input tokens", "output tokens", "sync uncached $",
+                                   "batch uncached $", "batch cached $", "deterministic-first share",
+                                   "batch cached + deterministic-first $", "sync uncached / that"],
+                       "rows": projected})
+    return {"title": "The eval layer's own cost", "tables": tables, "notes": notes}
+
+
 KINDS: tuple[tuple[str, Callable[[Mapping], bool], Callable[[Mapping], dict]], ...] = (
     ("index-eval", lambda d: "curve" in d and "operating_knob" in d, _index_eval),
     ("embed-check", lambda d: "curve" not in d and any(k in d for k in _EMBED_KEYS), _embed_check),
@@ -297,6 +341,7 @@ KINDS: tuple[tuple[str, Callable[[Mapping], bool], Callable[[Mapping], dict]], .
     ("judge validate", lambda d: all(k in d for k in ("judge_model", "figures", "kappa")), _judge_validate),
     ("analyze ablation", lambda d: all(k in d for k in ("expectations", "placebo", "margin", "metric")), _ablation),
     ("analyze rerank-cost", lambda d: d.get("kind") == "rerank-cost", _rerank_cost),
+    ("cost", lambda d: all(k in d for k in ("runs", "projection", "labelling")), _cost),
 )
 
 
