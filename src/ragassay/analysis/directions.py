@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-LOWER_IS_BETTER = frozenset({"over_refusal", "rerank_broke", "refused", "error", "context_tokens"})
+from ragassay.metrics.agent import LOWER_IS_BETTER as _AGENT_LOWER
+
+LOWER_IS_BETTER = frozenset({"over_refusal", "rerank_broke", "refused", "error", "context_tokens"}) | _AGENT_LOWER
 
 
 def higher_is_better(metric: str) -> bool:

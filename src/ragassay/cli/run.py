@@ -161,6 +161,11 @@ def print_import(info: dict) -> None:
     for k, v in (info.get("pin_mismatch") or {}).items():
         console.print(f"warning: scored despite a pin mismatch: {k} {v['traces']} in the traces, {v['golden']} "
                       "in the golden set", style="yellow", markup=False)
+    agent = info.get("agent")
+    if agent:
+        from ragassay.cli.agent_text import print_agent_scoring
+
+        print_agent_scoring(agent)
 
 
 HIT_RULE_OPT = typer.Option(None, "--hit-rule", help="any_overlap | min_fraction:F | doc (default: the golden "
@@ -368,6 +373,14 @@ def score(
     batch_size: int = typer.Option(2048, "--batch-size", min=1, help="Traces read, scored and stored at a "
                                    "time; memory grows with it."),
     executor: str = EXECUTOR_OPT,
+    verifier: str = typer.Option(None, "--verifier", help="Agent runs: a Python verifier module:function (or "
+                                 "file.py:function) deciding each trace's end state; see docs/agents.md."),
+    verifier_cmd: str = typer.Option(None, "--verifier-cmd", help="Agent runs: a command run per trace (env "
+                                     "RAGASSAY_TRACE, RAGASSAY_ITEM, RAGASSAY_WORKDIR); exit 0 = success."),
+    verifier_timeout: float = typer.Option(60.0, "--verifier-timeout", help="Seconds per --verifier-cmd call; "
+                                           "a timeout is a counted verifier error."),
+    human_fix_cost: float = typer.Option(None, "--human-fix-cost", help="Agent runs: USD to fix one failed "
+                                         "task by hand, pinned for `agent report`'s cost per resolved task."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Score another system's traces against a golden set and store them as a run, batch by batch."""
@@ -377,6 +390,9 @@ def score(
     from ragassay.trace.parquet import is_parquet_source
 
     _options(None, hit_rule, threshold, gain)
+    from ragassay.cli.agent import agent_scorer
+
+    add_agent = agent_scorer(traces, verifier, verifier_cmd, verifier_timeout, human_fix_cost)
     executor = check_executor(executor)
     one = len(traces) == 1 and (executor == "local" or is_parquet_source(traces[0]))
     if resume and not one:
@@ -402,6 +418,7 @@ def score(
                                                             allow_pin_mismatch=allow_pin_mismatch,
                                                             batch_size=batch_size, resume=resume, read_ahead=ahead,
                                                             progress=tick)
+                add_agent(st, run_id, traces[0], gs, info)
                 _report(st, run_id, info, store, json_out)
         return
     corp, gs = load_inputs(corpus, golden)
@@ -413,11 +430,14 @@ def score(
                                                         allow_pin_mismatch=allow_pin_mismatch,
                                                         batch_size=batch_size, executor=executor, resume=resume,
                                                         progress=tick)
+            add_agent(st, run_id, traces[0], gs, info)
             _report(st, run_id, info, store, json_out)
             return
         done = score_files_into_store(st, traces, corp, gs, options=opts, name=name,
                                       allow_pin_mismatch=allow_pin_mismatch, batch_size=batch_size,
                                       executor=executor)
+        for (run_id, info), path in zip(done, traces, strict=True):
+            add_agent(st, run_id, path, gs, info)
         if json_out:
             print_json({"runs": [{"run": st.get_run(r).to_dict(), "summary": stored_run_summary(st, r),
                                   "import": info} for r, info in done]})

@@ -41,12 +41,19 @@ _SCHEMA = pa.schema([("query_id", pa.string()), ("question", pa.string()), ("str
                      ("reference_answer", pa.string()),
                      ("nuggets", pa.list_(pa.struct(list(_NU_TYPES.items())))),
                      ("source", pa.string()), ("created", pa.string())])
-_Q_FIELDS = tuple(GoldenQuery.model_fields)
-_EV_FIELDS = tuple(Evidence.model_fields)
+# The agent fields (spec §12: sub-goals, expected tools, evidence hops) are left out of the schema on purpose: a
+# record that writes one looks like one with an unknown key and is handed to pydantic (agent sets are small);
+# a record that does not gets their defaults.
+_Q_AGENT = ("subgoals", "expected_tools")
+_EV_AGENT = ("hop",)
+_Q_FIELDS = tuple(f for f in GoldenQuery.model_fields if f not in _Q_AGENT)
+_EV_FIELDS = tuple(f for f in Evidence.model_fields if f not in _EV_AGENT)
 _NU_FIELDS = tuple(Nugget.model_fields)
-# the schema above must name exactly the models' fields (a field added to a model without adding it here
+# the schema above must name exactly the models' other fields (a field added to a model without adding it here
 # would make every record that has it look like one with an unknown key: slow, never wrong)
 assert set(_SCHEMA.names) == set(_Q_FIELDS) and set(_EV_TYPES) == set(_EV_FIELDS) and set(_NU_TYPES) == set(_NU_FIELDS)
+assert all(GoldenQuery.model_fields[f].default_factory is list for f in _Q_AGENT)
+assert all(Evidence.model_fields[f].default is None for f in _EV_AGENT)
 _MATCHES = typing.get_args(Evidence.model_fields["match"].annotation)
 _MATCH_DEFAULT = Evidence.model_fields["match"].default
 _SOURCE_DEFAULT = GoldenQuery.model_fields["source"].default
@@ -342,7 +349,7 @@ def _check_and_build(table: pa.Table, buf: bytes, starts: np.ndarray, ends: np.n
         q = new(GoldenQuery)
         _set_dict(q, {"query_id": qid, "question": question, "stratum": stratum, "tags": tags,
                       "answerable": answerable, "evidence": evidence, "reference_answer": ref, "nuggets": nuggets,
-                      "source": source, "created": created})
+                      "source": source, "created": created, "subgoals": [], "expected_tools": []})
         _set_fields_set(q, fs)
         _set_extra(q, None)
         _set_private(q, None)
@@ -390,7 +397,7 @@ def _evidence(ev: pa.Array, match_given: np.ndarray, sh: Shared) -> list[Evidenc
     for d, s, e, g, qt, m in zip(doc, start, end, grade, quote, match, strict=True):
         x = new(Evidence)
         _set_dict(x, {"doc_id": d, "start": s, "end": e, "grade": g, "quote": qt,
-                      "match": _MATCH_DEFAULT if m is None else m})
+                      "match": _MATCH_DEFAULT if m is None else m, "hop": None})
         _set_fields_set(x, fs_default if m is None else fs_given)
         _set_extra(x, None)
         _set_private(x, None)

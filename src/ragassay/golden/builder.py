@@ -220,6 +220,7 @@ def _resolve_all(path: Path, items: list[_Item], corpus: Corpus) -> tuple[list[G
         nugget_ids = [n.id for n in q.nuggets]
         if len(set(nugget_ids)) != len(nugget_ids):
             problems.append(f"{where}: {q.query_id}: duplicate nugget ids {sorted(i for i, c in Counter(nugget_ids).items() if c > 1)}")
+        problems.extend(f"{where}: {q.query_id}: {p}" for p in _agent_problems(q))
         evidence: list[Evidence] = []
         seen_ev: dict[tuple, int] = {}
         for j, ev in enumerate(q.evidence):
@@ -251,13 +252,36 @@ def _resolve_all(path: Path, items: list[_Item], corpus: Corpus) -> tuple[list[G
                 problems.append(f"{ev_where}: {q.query_id}: quote in doc {ev.doc_id} {r.error}")
                 continue
             evidence.append(Evidence(doc_id=ev.doc_id, start=r.start, end=r.end, grade=ev.grade,
-                                     quote=ev.quote, match=r.match))
+                                     quote=ev.quote, match=r.match,
+                                     **({"hop": ev.hop} if ev.hop is not None else {})))
         built.append(GoldenQuery(
             query_id=q.query_id, question=q.question, stratum=q.stratum, tags=list(q.tags),
             answerable=q.answerable, evidence=evidence, reference_answer=q.reference_answer,
             nuggets=list(q.nuggets), source=q.source, created=q.created.isoformat() if q.created else None,
+            **{k: list(getattr(q, k)) for k in ("subgoals", "expected_tools") if getattr(q, k)},
         ))
     return built, problems
+
+
+def _agent_problems(q: AuthoredQuery) -> list[str]:
+    """The agent fields' rules (spec §12): hops named on every evidence item or on none, numbered 1, 2, …
+    without a gap; sub-goal ids unique."""
+    out = []
+    hops = [e.hop for e in q.evidence]
+    given = [h for h in hops if h is not None]
+    if given and len(given) != len(hops):
+        missing = [j + 1 for j, h in enumerate(hops) if h is None]
+        out.append(f"evidence item(s) {missing} have no `hop` while others do; give every evidence item of a "
+                   "multi-hop query its hop (1, 2, ...)")
+    elif given and sorted(set(given)) != list(range(1, max(given) + 1)):
+        gaps = sorted(set(range(1, max(given) + 1)) - set(given))
+        out.append(f"hops must be numbered 1, 2, ... without a gap; hop(s) {gaps} have no evidence "
+                   f"(hops given: {sorted(set(given))})")
+    ids = [g.id for g in q.subgoals]
+    if len(set(ids)) != len(ids):
+        out.append(f"duplicate subgoal ids {sorted(i for i, c in Counter(ids).items() if c > 1)}; give each "
+                   "subgoal its own id")
+    return out
 
 
 def _resolve_grouped_by_doc(parsed, corpus: Corpus) -> dict:

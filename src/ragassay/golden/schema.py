@@ -49,14 +49,47 @@ class Nugget(_Strict):
 
 
 class AuthoredEvidence(_Strict):
-    """A verbatim quote from one document and its graded relevance to the query (0–3)."""
+    """A verbatim quote from one document and its graded relevance to the query (0–3); ``hop`` (1-based) names
+    the hop of a multi-hop item this evidence serves (spec §12: retrieval sufficiency per hop)."""
 
     doc_id: str = Field(min_length=1)
     quote: str = Field(min_length=1)
     grade: StrictInt
     occurrence: StrictInt | None = Field(default=None, ge=1, description="1-based, for a quote that repeats")
+    hop: StrictInt | None = Field(default=None, ge=1, le=2**31)
 
     _quote = field_validator("quote")(_not_blank)
+
+
+def _is_none(v: Any) -> bool:
+    return v is None
+
+
+def _is_empty(v: Any) -> bool:
+    return not v
+
+
+class Subgoal(_Strict):
+    """One weighted sub-goal of an agent task, for partial credit (spec §12.3): a verifier scores it 0–1."""
+
+    id: Identifier
+    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    description: str | None = None
+
+    @field_validator("weight", mode="before")
+    @classmethod
+    def _number(cls, v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError("must be a number > 0")
+        return v
+
+
+class ExpectedTool(_Strict):
+    """A tool call the task should make: its ``name`` and, when given, the ``arguments`` it should carry
+    (compared as canonical JSON; absent: any arguments match)."""
+
+    name: str = Field(min_length=1)
+    arguments: dict[str, Any] | None = None
 
 
 class AuthoredQuery(_Strict):
@@ -70,6 +103,8 @@ class AuthoredQuery(_Strict):
     nuggets: list[Nugget] = Field(default_factory=list)
     source: Literal["human", "llm", "production", "synthetic"] = "human"
     created: dt.date | None = None
+    subgoals: list[Subgoal] = Field(default_factory=list)
+    expected_tools: list[ExpectedTool] = Field(default_factory=list)
 
     _question = field_validator("question")(_not_blank)
 
@@ -120,6 +155,8 @@ class Evidence(_Strict):
     grade: int
     quote: str
     match: Literal["exact", "whitespace", "punctuation"] = "exact"
+    # agent fields (spec §12), written only when given, so a plain set's built file is what it was
+    hop: int | None = Field(default=None, ge=1, exclude_if=_is_none)
 
 
 class GoldenQuery(_Strict):
@@ -133,6 +170,13 @@ class GoldenQuery(_Strict):
     nuggets: list[Nugget] = Field(default_factory=list)
     source: str = "human"
     created: str | None = None
+    subgoals: list[Subgoal] = Field(default_factory=list, exclude_if=_is_empty)
+    expected_tools: list[ExpectedTool] = Field(default_factory=list, exclude_if=_is_empty)
+
+    @property
+    def hops(self) -> int:
+        """The number of hops the evidence names (0: not a multi-hop item)."""
+        return max((e.hop for e in self.evidence if e.hop is not None), default=0)
 
     def relevant(self, threshold: int = 2) -> list[Evidence]:
         return [e for e in self.evidence if e.grade >= threshold]

@@ -13,7 +13,9 @@ Output is one ``.parquet`` file, or a directory of ``part-00000.parquet``, ... f
 in OUT's directory and renamed to OUT only when complete, so a failed or killed conversion never leaves a
 partial dataset under OUT (dataset readers skip names starting with ``.``).
 
-Every field is carried, each unit's ``rank`` included (null where the line had none). The values written
+Every field is carried, each unit's ``rank`` included (null where the line had none), except an agent's
+``steps`` and ``claimed_success``: a file with either is refused with the first such line (never converted
+without them). The values written
 are the validated ones, so a default (``trial`` 0, empty lists) is written as its value, an empty ``meta``
 as null and any other ``meta`` as JSON text (its keys in their order).
 """
@@ -109,6 +111,7 @@ def convert_jsonl_to_parquet(source: str | Path, out: str | Path, *, rows_per_fi
         traces = 0
         for batch in reader:
             if batch.traces:
+                _refuse_agent_fields(source, batch)
                 sink.write(batch_table(batch), reader.header)
                 traces += len(batch.traces)
             if progress is not None:
@@ -336,6 +339,17 @@ def _durations(traces) -> pa.Array:
     values = [v for t in traces for v in t.durations_ms.values()]
     return pa.MapArray.from_arrays(_offsets(counts), pa.array(keys, pa.string()), pa.array(values, pa.float64()),
                                    type=TRACE_SCHEMA.field("durations_ms").type)
+
+
+def _refuse_agent_fields(source: Path, batch: TraceBatch) -> None:
+    """The Parquet trace format has no columns for an agent's ``steps`` or ``claimed_success``: a file that
+    uses them is refused (naming the first such line) rather than converted without them."""
+    for t, line in zip(batch.traces, batch.lines, strict=True):
+        if t.steps or t.claimed_success is not None:
+            raise InputError(f"{source}:{line}: trace {t.query_id!r} trial {t.trial} carries agent "
+                             f"{'steps' if t.steps else 'claimed_success'}, which the Parquet trace format does not "
+                             f"hold; nothing was written. Score the JSONL file as it is (`ragassay score {source} "
+                             "--golden G`)")
 
 
 def _meta(traces) -> pa.Array:

@@ -76,6 +76,13 @@ def _data_files(root: Path) -> list[Path]:
 def trace_row(rec: dict) -> dict:
     """A trace record (as in JSONL, without ``type``) as a row of :data:`TRACE_SCHEMA`."""
     row = {k: v for k, v in rec.items() if k != "type"}
+    if row.get("steps") or row.get("claimed_success") is not None:
+        # the schema has no columns for them, and from_pylist would drop them without a word
+        raise SchemaError(f"trace {row.get('query_id')!r} trial {row.get('trial', 0)} carries agent steps or "
+                         "claimed_success, which the Parquet trace format does not hold; keep agent traces as "
+                         "JSONL")
+    row.pop("steps", None)
+    row.pop("claimed_success", None)
     for key in ("branches", "durations_ms"):
         if isinstance(row.get(key), dict):
             row[key] = list(row[key].items())
