@@ -1,5 +1,5 @@
-"""`ragassay import beir|otel|ragas|deepeval|trec`: other tools' files -> a corpus and golden set, or a trace
-file.
+"""`ragassay import beir|otel|inspect|ragas|deepeval|trec`: other tools' files -> a corpus and golden set, or a
+trace file.
 
 The trace importers write a ragassay trace JSONL (header pinned to the corpus and golden set) that
 ``ragassay score`` then scores; their problems (unmatched rows, unplaced contexts, bad lines) are printed and
@@ -15,8 +15,8 @@ from rich.text import Text
 
 from ragassay.cli.common import console, err_console, esc, print_json
 
-import_app = typer.Typer(help="Import BEIR datasets, OpenTelemetry spans, RAGAS rows, DeepEval test cases or "
-                              "TREC runs.", no_args_is_help=True)
+import_app = typer.Typer(help="Import BEIR datasets, OpenTelemetry spans, Inspect AI logs, RAGAS rows, DeepEval "
+                              "test cases or TREC runs.", no_args_is_help=True)
 
 OUT_TRACES = typer.Option(..., "-o", "--out", help="Trace JSONL file to write (new, or an earlier trace file).")
 CORPUS = typer.Option(None, "--corpus", help="Corpus folder or .jsonl (default: bundled).")
@@ -106,13 +106,32 @@ def otel(
     name: str = typer.Option("otel-import", "--name", help="Run name in the trace header."),
     json_out: bool = JSON,
 ) -> None:
-    """OpenTelemetry spans (OpenInference, else GenAI conventions) -> traces, matched to golden queries."""
+    """OpenTelemetry spans (OpenInference, else GenAI conventions) -> traces, matched to golden queries; tool
+    spans, and retrievers under agent or tool spans, -> agent steps."""
     from ragassay.importers.otel import read_span_file, traces_from_spans
 
     records = read_span_file(spans)
     corp, gs = _inputs(corpus, golden)
     header, traces, problems = traces_from_spans(records, corp, gs, run_name=name, source=str(spans))
     _write(out, header, traces, problems, corp, gs, json_out, "line")
+
+
+@import_app.command("inspect")
+def inspect(
+    log: Path = typer.Argument(..., help="Inspect AI log: .json, or .eval (the zip Inspect writes)."),
+    out: Path = OUT_TRACES, corpus: Path = CORPUS, golden: Path = GOLDEN,
+    name: str = typer.Option("inspect-import", "--name", help="Run name in the trace header."),
+    retrieval_tools: str = typer.Option("search|retriev", "--retrieval-tools", help="Regular expression (case "
+                                        "ignored) for the tool names whose JSON results are retrieved documents."),
+    json_out: bool = JSON,
+) -> None:
+    """Inspect AI samples -> traces with agent steps (tool calls; retrieval tools' documents placed in the
+    corpus), matched to golden queries by metadata.query_id, sample id or question; epoch n is trial n-1."""
+    from ragassay.importers.inspect_ai import traces_from_inspect
+
+    corp, gs = _inputs(corpus, golden)
+    header, traces, problems = traces_from_inspect(log, corp, gs, run_name=name, retrieval_tools=retrieval_tools)
+    _write(out, header, traces, problems, corp, gs, json_out, "sample")
 
 
 def _import_rows(read, path: Path, out: Path, corpus: Path | None, golden: Path | None, name: str,

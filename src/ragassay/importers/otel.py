@@ -10,7 +10,8 @@ One OTel trace (spans sharing a trace id) becomes one ragassay trace. What is re
   branch named after the span, the first retriever by start time is the fused list unless a reranker says
   otherwise. OpenInference: ``retrieval.documents.<i>.document.{id,content,score,metadata}``. GenAI:
   ``gen_ai.retrieval.documents``, a JSON list of ``{id, score, ...}`` objects (``content`` and ``metadata``
-  read when present), and ``gen_ai.retrieval.query.text`` is the question when the root has none;
+  read when present), and ``gen_ai.retrieval.query.text`` is the question when the root has none (of a
+  retriever under an agent or tool span, only when no prompt below gives one);
 - rerankers (kind ``RERANKER``): ``reranker.input_documents.<i>...`` the fused list,
   ``reranker.output_documents.<i>...`` the reranked list;
 - generation (kind ``LLM``, or ``gen_ai.operation.name`` ``chat``, ``text_completion``, ``generate_content``):
@@ -22,6 +23,27 @@ One OTel trace (spans sharing a trace id) becomes one ragassay trace. What is re
   generation spans. The last user message of a prompt (``gen_ai.input.messages``, the older
   ``gen_ai.prompt`` or ``gen_ai.prompt.<i>.content``) of the root or a generation span is the question
   when nothing above gave one.
+
+Agent spans become the trace's ``steps``, ordered by span start time (integer ns):
+
+- a tool span (kind ``TOOL``: ``tool.name``, ``input.value`` the arguments, ``output.value`` the result;
+  ``gen_ai.operation.name`` ``execute_tool``: ``gen_ai.tool.name``, ``gen_ai.tool.call.arguments``,
+  ``gen_ai.tool.call.result``, ``gen_ai.usage.input_tokens``/``output_tokens``) is a tool step: arguments
+  parsed from JSON (other values kept as ``{"input": value}``), ``result_digest`` the sha256 of the result
+  text and ``result`` its first :data:`RESULT_EXCERPT` characters, the span's duration, and the status
+  description of an ERROR span as the step's ``error``;
+- a retriever span under an agent span (kind ``AGENT``, or ``invoke_agent``) or a tool span is also a
+  retrieval step (its query ``input.value`` or ``gen_ai.retrieval.query.text``, its documents placed as
+  units with their 1-based position as rank); it stays a branch as above, so what the importer made of a
+  single-shot pipeline under an agent root is unchanged. A tool span with retriever spans under it is read as those
+  retrievals: each retrieval step carries the tool's name, arguments and result, and the tool adds no step
+  of its own. ``ragassay.hop`` on the span (or its tool) is the step's hop.
+
+An agent span's ``input.value`` is the question when the root has none (before a retriever's query text; its
+``gen_ai.input.messages`` are read after the root's, before the generation spans'), its ``output.value``
+(GenAI: ``gen_ai.output.messages``) the answer before a generation span's, and its ``gen_ai.usage.*`` the
+tokens when no generation span counts any. ``claimed_success`` is never set: no convention names the
+agent's own claim of success.
 
 A non-root span with neither convention is not read, and the trace says so (a problem naming the spans,
 ``meta.unread_spans``). The query is matched to the golden set by the span attribute ``ragassay.query_id``,
@@ -41,6 +63,7 @@ the span; they never stop the import. Input: SDK span objects (``ReadableSpan``,
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import re
 from collections.abc import Iterable
@@ -51,7 +74,7 @@ from pydantic import ValidationError
 
 from ragassay.errors import InputError
 from ragassay.trace.io import Problem
-from ragassay.trace.schema import RunHeader, Trace, Unit, config_sha, make_trace_id
+from ragassay.trace.schema import RunHeader, Step, Trace, Unit, config_sha, make_trace_id
 
 KIND = "openinference.span.kind"
 OPERATION = "gen_ai.operation.name"
@@ -63,6 +86,9 @@ OPENINFERENCE_KINDS = {"LLM", "EMBEDDING", "CHAIN", "RETRIEVER", "RERANKER", "TO
 GENERATION_OPS = {"chat", "text_completion", "generate_content"}
 GENAI_OPS = GENERATION_OPS | {"retrieval", "embeddings", "create_agent", "invoke_agent", "execute_tool",
                               "invoke_workflow"}
+AGENT_OPS = {"invoke_agent": "agent", "execute_tool": "tool"}
+# a tool result longer than this is kept in a step as its first RESULT_EXCERPT characters (the digest is of all)
+RESULT_EXCERPT = 500
 _DOC = re.compile(r"^(retrieval\.documents|reranker\.input_documents|reranker\.output_documents)\.(\d+)\."
                   r"document\.(id|content|score|metadata)$")
 _MSG = re.compile(r"^llm\.output_messages\.(\d+)\.message\.content$")
@@ -283,7 +309,11 @@ def _genai_documents(attrs: dict, where: str, problems: list[str]) -> list[dict]
     return docs
 
 
-def _unit(doc: dict, corpus: Any, where: str, problems: list[str]) -> Unit | None:
+def place_document(doc: dict, corpus: Any, where: str, problems: list[str], rank: int | None = None) -> Unit | None:
+    """One retrieved document ``{id, content, score, metadata}`` as a :class:`Unit` in ``corpus``, or None
+    (a problem appended, naming ``where``): placed from ``metadata`` ``doc_id`` with ``start``/``end`` (or
+    ``doc_id`` alone: the whole document), else by finding ``content`` in the corpus once, else, with no
+    content, as the whole document when ``id`` is a corpus doc id. ``rank`` is kept on the unit."""
     from ragassay.trace.adapters import locate
 
     uid = doc.get("id")
@@ -309,10 +339,11 @@ def _unit(doc: dict, corpus: Any, where: str, problems: list[str]) -> Unit | Non
         start, end = meta.get("start"), meta.get("end")
         if not all(isinstance(x, int) and not isinstance(x, bool) for x in (start, end)):
             start, end = 0, len(corpus.docs[doc_id].text)
-        return Unit(unit_id=uid or f"{doc_id}:{start}-{end}", doc_id=doc_id, start=start, end=end, score=score)
+        return Unit(unit_id=uid or f"{doc_id}:{start}-{end}", doc_id=doc_id, start=start, end=end, score=score,
+                    rank=rank)
     content = doc.get("content")
     if content is None and uid in corpus:
-        return Unit(unit_id=uid, doc_id=uid, start=0, end=len(corpus.docs[uid].text), score=score)
+        return Unit(unit_id=uid, doc_id=uid, start=0, end=len(corpus.docs[uid].text), score=score, rank=rank)
     found = locate(content, corpus) if isinstance(content, str) else []
     if len(found) != 1:
         why = ("has no content, metadata doc_id, or id that is a corpus doc id" if content is None else
@@ -321,7 +352,7 @@ def _unit(doc: dict, corpus: Any, where: str, problems: list[str]) -> Unit | Non
         problems.append(f"{where}: document {uid or '?'} {why}; add doc_id/start/end to its metadata")
         return None
     d, start, end, _ = found[0]
-    return Unit(unit_id=uid or f"{d}:{start}-{end}", doc_id=d, start=start, end=end, score=score)
+    return Unit(unit_id=uid or f"{d}:{start}-{end}", doc_id=d, start=start, end=end, score=score, rank=rank)
 
 
 def _ms(span: dict) -> float | None:
@@ -392,8 +423,8 @@ def _add(a: int | None, b: int | None) -> int | None:
 
 
 def _span_role(s: dict, problems: list[str]) -> str | None:
-    """What a span is for this importer: retriever, reranker, generation, other (known, nothing read), or
-    None (neither convention). An unknown kind or operation value is a problem."""
+    """What a span is for this importer: retriever, reranker, generation, agent, tool, other (known, nothing
+    read), or None (neither convention). An unknown kind or operation value is a problem."""
     attrs = s["attributes"]
     kind, op = attrs.get(KIND), attrs.get(OPERATION)
     where = f"span {s['span_id']} ({s['name']})"
@@ -404,18 +435,163 @@ def _span_role(s: dict, problems: list[str]) -> str | None:
             return "reranker"
         if kind == "LLM":
             return "generation"
-        if kind not in OPENINFERENCE_KINDS:
+        if kind in ("AGENT", "TOOL"):
+            return kind.lower()
+        if not isinstance(kind, str) or kind not in OPENINFERENCE_KINDS:
             problems.append(f"{where}: {KIND} {kind!r:.30} is not an OpenInference span kind; not read")
         return "other"
     if op is not None:
+        if not isinstance(op, str):
+            problems.append(f"{where}: {OPERATION} {op!r:.30} is not a GenAI operation; not read")
+            return "other"
         if op == "retrieval":
             return "retriever"
         if op in GENERATION_OPS:
             return "generation"
+        if op in AGENT_OPS:
+            return AGENT_OPS[op]
         if op not in GENAI_OPS:
             problems.append(f"{where}: {OPERATION} {op!r:.30} is not a GenAI operation; not read")
         return "other"
     return None
+
+
+def tool_result(result: str | None) -> dict[str, str | None]:
+    """A tool's result text as a step's ``result_digest`` (sha256 hex of its UTF-8 bytes, the whole text) and
+    ``result`` (its first :data:`RESULT_EXCERPT` characters); both None when there is no result."""
+    if result is None:
+        return {"result_digest": None, "result": None}
+    return {"result_digest": hashlib.sha256(result.encode("utf-8", "surrogatepass")).hexdigest(),
+            "result": result[:RESULT_EXCERPT]}
+
+
+def _arguments(raw: Any, where: str, plain_ok: bool, problems: list[str]) -> dict:
+    """A tool call's arguments as an object: a JSON object string parsed; any other JSON value, or text that
+    is not JSON, kept as ``{"input": value}`` (text that is not JSON is a problem unless ``plain_ok``)."""
+    if raw is None:
+        return {}
+    if isinstance(raw, dict):
+        return dict(raw)
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as e:
+            if not plain_ok:
+                problems.append(f"{where} is not valid JSON ({e.msg}); kept as {{'input': <text>}}")
+            return {"input": raw}
+        return value if isinstance(value, dict) else {"input": value}
+    return {"input": list(raw) if isinstance(raw, tuple) else raw}
+
+
+def _tool_call(s: dict, problems: list[str]) -> tuple[str, dict, str | None]:
+    """(tool name, arguments, result text) of a tool span: OpenInference ``tool.name``, ``input.value``,
+    ``output.value``; GenAI ``gen_ai.tool.name``, ``gen_ai.tool.call.arguments``, ``gen_ai.tool.call.result``.
+    The span name stands in for a missing name; a result that is not a string is kept as its JSON."""
+    attrs, where = s["attributes"], f"span {s['span_id']} ({s['name']})"
+    oi = attrs.get(KIND) == "TOOL"
+    name_key, args_key, result_key = (("tool.name", "input.value", "output.value") if oi else
+                                      ("gen_ai.tool.name", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result"))
+    name = attrs.get(name_key)
+    if not isinstance(name, str) or not name.strip():
+        if name is not None:
+            problems.append(f"{where}: {name_key} {name!r:.30} is not a tool name; the span name is used")
+        name = s["name"]
+    args = _arguments(attrs.get(args_key), f"{where}: {args_key}", oi, problems)
+    result = attrs.get(result_key)
+    if result is not None and not isinstance(result, str):
+        result = json.dumps(list(result) if isinstance(result, tuple) else result, ensure_ascii=False,
+                            sort_keys=True)
+    return name, args, result
+
+
+def _span_error(s: dict | None) -> str | None:
+    if s is None or s["status"] != "ERROR":
+        return None
+    return str(s["error"] or s["attributes"].get("error.type") or "span status ERROR")
+
+
+def _hop(spans: list[dict | None], problems: list[str]) -> int | None:
+    """The ``ragassay.hop`` attribute of the first of ``spans`` that has one (a whole number >= 1)."""
+    for s in spans:
+        if s is None or "ragassay.hop" not in s["attributes"]:
+            continue
+        hop = s["attributes"]["ragassay.hop"]
+        if isinstance(hop, int) and not isinstance(hop, bool) and hop >= 1:
+            return hop
+        problems.append(f"span {s['span_id']} ({s['name']}): ragassay.hop {hop!r:.30} is not a whole number "
+                        ">= 1; left out")
+    return None
+
+
+def _step_spans(group: list[dict], roles: dict[str, str | None]) -> tuple[set[str], dict[str, str]]:
+    """Which retriever spans are agent steps (those under an agent or a tool span), and for each one under a
+    tool span, that (nearest) tool span's id."""
+    parent = {s["span_id"]: s["parent_id"] for s in group}
+    in_step: set[str] = set()
+    tool_of: dict[str, str] = {}
+    for sid, role in roles.items():
+        if role != "retriever":
+            continue
+        chain, seen, p = [], {sid}, parent[sid]
+        while p in parent and p not in seen:
+            chain.append(p)
+            seen.add(p)
+            p = parent[p]
+        tool = next((a for a in chain if roles[a] == "tool"), None)
+        if tool is not None or any(roles[a] == "agent" for a in chain):
+            in_step.add(sid)
+        if tool is not None:
+            tool_of[sid] = tool
+    return in_step, tool_of
+
+
+def _agent_steps(group: list[dict], roles: dict[str, str | None], in_step: set[str], tool_of: dict[str, str],
+                 corpus: Any, problems: list[str]) -> list[Step]:
+    """The trace's steps in span start order: a tool span is a tool step, unless retriever spans lie under it
+    (then its retrievals are its steps); a retriever span under an agent or tool span is a retrieval step,
+    named after the tool it serves (when under one) and carrying that tool's arguments and result."""
+    by_id = {s["span_id"]: s for s in group}
+    calls: dict[str, tuple[str, dict, str | None]] = {}
+
+    def call(s: dict) -> tuple[str, dict, str | None]:
+        if s["span_id"] not in calls:
+            calls[s["span_id"]] = _tool_call(s, problems)
+        return calls[s["span_id"]]
+
+    absorbed = set(tool_of.values())
+    steps: list[Step] = []
+    for s in group:
+        sid, attrs = s["span_id"], s["attributes"]
+        here = f"span {sid} ({s['name']})"
+        if roles[sid] == "tool" and sid not in absorbed:
+            name, args, result = call(s)
+            fields = dict(kind="tool", name=name, arguments=args, **tool_result(result),
+                          hop=_hop([s], problems), duration_ms=_ms(s), error=_span_error(s),
+                          tokens_in=_count(attrs, ("gen_ai.usage.input_tokens",), here, problems),
+                          tokens_out=_count(attrs, ("gen_ai.usage.output_tokens",), here, problems))
+        elif sid in in_step:
+            tool = by_id.get(tool_of.get(sid, ""))
+            name, args, result = call(tool) if tool is not None else (s["name"], {}, None)
+            docs = (_documents(attrs, "retrieval.documents") if attrs.get(KIND) == "RETRIEVER"
+                    else _genai_documents(attrs, here, problems))
+            units = [u for i, d in enumerate(docs, 1)
+                     if (u := place_document(d, corpus, here, problems, rank=i)) is not None]
+            query = next((q for q in (attrs.get("input.value"), attrs.get("gen_ai.retrieval.query.text"),
+                                      args.get("query")) if isinstance(q, str)), None)
+            if query is None:
+                problems.append(f"{here}: a retrieval step without a query (input.value, "
+                                "gen_ai.retrieval.query.text or the tool's 'query' argument); left empty")
+                query = ""
+            fields = dict(kind="retrieval", name=name, arguments=args, **tool_result(result), query=query,
+                          units=units, hop=_hop([s, tool], problems), duration_ms=_ms(s),
+                          error=_span_error(s) or _span_error(tool))
+        else:
+            continue
+        try:
+            steps.append(Step(**fields))
+        except ValidationError as e:
+            problems.append(f"{here}: not a valid step ({e.errors()[0]['msg']}); left out")
+    return steps
 
 
 def traces_from_spans(spans: Iterable[Any], corpus: Any, golden: Any, *, run_name: str = "otel-import",
@@ -471,15 +647,23 @@ def traces_from_spans(spans: Iterable[Any], corpus: Any, golden: Any, *, run_nam
         attrs0 = root["attributes"]
         given = next((s["attributes"]["ragassay.query_id"] for s in group if "ragassay.query_id" in s["attributes"]),
                      None)
+        in_step, tool_of = _step_spans(group, roles)
         question = attrs0.get("input.value") if isinstance(attrs0.get("input.value"), str) else None
         retrievers = [s for s in group if roles[s["span_id"]] == "retriever"]
         generators = [s for s in group if roles[s["span_id"]] == "generation"]
+        agents = [s for s in group if roles[s["span_id"]] == "agent" and s is not root]
         if question is None:
-            question = next((s["attributes"]["gen_ai.retrieval.query.text"] for s in retrievers
-                             if isinstance(s["attributes"].get("gen_ai.retrieval.query.text"), str)), None)
-        if question is None:
-            question = next((q for s in [root, *generators] if (q := _genai_question(
-                s["attributes"], f"span {s['span_id']} ({s['name']})", found)) is not None), None)
+            question = next((s["attributes"]["input.value"] for s in agents
+                             if isinstance(s["attributes"].get("input.value"), str)), None)
+        # an agent's retrieval queries are its own rewrites: the request's messages come first
+        for outside in (True, False):
+            if question is None:
+                question = next((s["attributes"]["gen_ai.retrieval.query.text"] for s in retrievers
+                                 if (s["span_id"] not in in_step) == outside
+                                 and isinstance(s["attributes"].get("gen_ai.retrieval.query.text"), str)), None)
+            if question is None and outside:
+                question = next((q for s in [root, *agents, *generators] if (q := _genai_question(
+                    s["attributes"], f"span {s['span_id']} ({s['name']})", found)) is not None), None)
         qid, how, why = matcher.match(at, given, question)
         if qid is None:
             problems += [Problem(at, f"{where}: {m}") for m in found]
@@ -498,14 +682,14 @@ def traces_from_spans(spans: Iterable[Any], corpus: Any, golden: Any, *, run_nam
             if role == "retriever":
                 docs = (_documents(attrs, "retrieval.documents") if attrs.get(KIND) == "RETRIEVER"
                         else _genai_documents(attrs, here, found))
-                units = [u for d in docs if (u := _unit(d, corpus, here, found)) is not None]
+                units = [u for d in docs if (u := place_document(d, corpus, here, found)) is not None]
                 branches[s["name"] if s["name"] not in branches else f"{s['name']}#{len(branches)}"] = units
                 durations["retrieve"] = durations.get("retrieve", 0.0) + (_ms(s) or 0.0)
             elif role == "reranker":
                 fused = [u for d in _documents(attrs, "reranker.input_documents")
-                         if (u := _unit(d, corpus, here, found)) is not None]
+                         if (u := place_document(d, corpus, here, found)) is not None]
                 reranked = [u for d in _documents(attrs, "reranker.output_documents")
-                            if (u := _unit(d, corpus, here, found)) is not None]
+                            if (u := place_document(d, corpus, here, found)) is not None]
                 durations["rerank"] = _ms(s) or 0.0
             elif role == "generation":
                 if attrs.get(KIND) == "LLM":
@@ -525,13 +709,30 @@ def traces_from_spans(spans: Iterable[Any], corpus: Any, golden: Any, *, run_nam
         if unread:
             found.append(f"{len(unread)} span(s) carry neither {KIND} nor {OPERATION} and were not read: "
                          f"{', '.join(unread[:5])}{' ...' if len(unread) > 5 else ''}")
+        steps = _agent_steps(group, roles, in_step, tool_of, corpus, found)
+        if answer is None and roles[root["span_id"]] == "agent":
+            answer = _genai_answer(attrs0, f"span {root['span_id']} ({root['name']})", found)
+        for s in agents if answer is None else ():
+            a, here = s["attributes"], f"span {s['span_id']} ({s['name']})"
+            answer = a["output.value"] if isinstance(a.get("output.value"), str) else _genai_answer(a, here, found)
+            if answer is not None:
+                break
         answer = answer if answer is not None else generated
+        if tokens_in is None and tokens_out is None:
+            # an agent span's usage totals its model calls: read only when no generation span gave counts
+            for s in [root, *agents] if roles[root["span_id"]] == "agent" else agents:
+                here = f"span {s['span_id']} ({s['name']})"
+                tokens_in = _count(s["attributes"], ("gen_ai.usage.input_tokens",), here, found)
+                tokens_out = _count(s["attributes"], ("gen_ai.usage.output_tokens",), here, found)
+                if tokens_in is not None or tokens_out is not None:
+                    break
         if fused is None:
             fused = next(iter(branches.values()), [])
         total = _ms(root)
         if total is not None:
             durations["total"] = total
-        problems += [Problem(at, f"{where}: {m}") for m in found]
+        # a branch and a step read the same retriever span: each finding once
+        problems += [Problem(at, f"{where}: {m}") for m in dict.fromkeys(found)]
         if root["status"] == "ERROR":
             outcome, error = "error", root["error"] or attrs0.get("exception.message") or "root span status ERROR"
         else:
@@ -542,7 +743,7 @@ def traces_from_spans(spans: Iterable[Any], corpus: Any, golden: Any, *, run_nam
                           branches=branches, fused=fused, reranked=reranked,
                           packed=list(reranked if reranked is not None else fused), answer=answer, outcome=outcome,
                           error=str(error) if error is not None else None, durations_ms=durations,
-                          tokens_in=tokens_in, tokens_out=tokens_out,
+                          tokens_in=tokens_in, tokens_out=tokens_out, steps=steps,
                           meta={"otel_trace_id": tid, "unread_spans": len(unread)})
         except ValidationError as e:
             problems.append(Problem(at, f"{where}: not a valid trace ({e.errors()[0]['msg']}); skipped"))
