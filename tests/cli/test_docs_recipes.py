@@ -246,3 +246,44 @@ def test_cost_projection_on_the_demo_goes_into_the_report_as_projected_never_as_
     det = p["figures_deterministic_first"]["batch_cached"]["usd"]
     assert f"<td>{p['figures']['sync_uncached']['usd']:.3f}</td>" in html.replace(' class="num"', "")
     assert f"{det:.3f}" in html
+
+
+# ------------------------------------------------------------------------------------------------ docs/ppi.md
+@pytest.mark.slow
+def test_report_labels_put_the_ppi_corrected_difference_beside_the_raw_judge_means(demo, tmp_path):
+    out, _ = demo
+    store = out / "ragassay.duckdb"
+    import duckdb
+    import numpy as np
+
+    con = duckdb.connect(str(store), read_only=True)
+    rows = con.sql("SELECT u.name, r.query_id, r.value FROM results r JOIN runs u USING (run_id) WHERE "
+                   "r.metric = 'faithfulness' AND r.value IS NOT NULL AND u.name IN ('bm25', 'hybrid') "
+                   "ORDER BY 1, 2").fetchall()
+    con.close()
+    # "human" values of a random 40% of the judged answers: the judge's, with one in six flipped
+    rng = np.random.default_rng(0)
+    lines = []
+    for name, qid, v in rows:
+        if rng.random() < 0.4:
+            human = 1.0 - round(v) if rng.random() < 1 / 6 else float(round(v))
+            lines.append({"run": name, "query_id": qid, "metric": "faithfulness", "value": human,
+                          "labelled_by": "human"})
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    res = cli("compare", "bm25", "hybrid", "--store", store, "--labels", labels, "--json")
+    assert res.code == 0, res.err
+    (entry,) = [e for e in json.loads(res.out)["ppi"] if e["metric"] == "faithfulness"]
+    page = tmp_path / "report"
+    res = cli("report", "bm25", "hybrid", "-o", page, "--store", store, "--labels", labels)
+    assert res.code == 0, res.err
+    html = (page / "index.html").read_text(encoding="utf-8")
+    assert "<h4>PPI-corrected judge metrics</h4>" in html
+    # the corrected difference the page shows is compare's, with the raw judge means beside it
+    from ragassay.report import fmt
+
+    assert f"Δ {fmt.signed(entry['difference']['estimate'])}" in html.replace("&#43;", "+")
+    raw = entry["raw_judge_mean"]
+    assert f"{raw['a']:.3f} → {raw['b']:.3f}" in html
+    res = cli("report", "bm25", "-o", tmp_path / "one", "--store", store, "--labels", labels)
+    assert res.code == 2 and "give two or more runs" in res.err

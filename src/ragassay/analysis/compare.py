@@ -26,6 +26,7 @@ import numpy as np
 from ragassay.analysis.directions import higher_is_better
 from ragassay.analysis.summary import STAGES, stage_of
 from ragassay.errors import InputError, PinMismatchError
+from ragassay.metrics.agent import UNBOUNDED as AGENT_UNBOUNDED
 from ragassay.stats import adjust_pvalues, bootstrap_deltas, mde_paired
 
 # Every definitional choice a number depends on. `cutoffs` is derived from the run's `name@<int>` metrics
@@ -42,7 +43,7 @@ SCORING_DEFAULT_FINAL_K = 10
 DEFAULT_MIN_EFFECT = 0.02
 # metrics whose values are not confined to [0, 1]: a minimum effect above 1 can make sense, and they have no
 # worst value (so no missing-as-worst); the gate's policy reads this set too
-UNBOUNDED = frozenset({"context_tokens"})
+UNBOUNDED = frozenset({"context_tokens"}) | AGENT_UNBOUNDED  # agent: steps, loops, wall ms, cost
 # the per-(query, trial) outcome indicators scoring stores (analysis/scoring.py): their paired change is part
 # of every comparison's coverage, and the gate's hard checks rest on it
 RATE_METRICS = ("error", "refused")
@@ -130,6 +131,9 @@ class Comparison:
     judge_validation: list[dict] = field(default_factory=list)
     # golden items, paired keys, each side's outcome mix and the paired error / refusal rate rows
     coverage: dict = field(default_factory=dict)
+    # one entry per judge metric the --labels file covers: the PPI-corrected difference beside the raw judge
+    # means (analysis/ppi.py ``paired_ppi``)
+    ppi: list[dict] = field(default_factory=list)
 
     def claim(self, row: CompareRow) -> str:
         """The claim sentence for one row, with the pins and tokens this comparison measured; a claim resting
@@ -158,6 +162,7 @@ class Comparison:
             "config_diff": [{"key": k, "a": a, "b": b} for k, a, b in self.config_diff],
             "claims": self.claims,
             "judge_validation": self.judge_validation,
+            "ppi": self.ppi,
             "coverage": {**{k: v for k, v in self.coverage.items() if k != "rates"},
                          "rates": [r.to_dict() for r in self.coverage.get("rates", [])]},
             "rows": [r.to_dict() for r in self.rows],
@@ -488,7 +493,7 @@ def delivered_tokens(store, run_id: str) -> float | None:
 def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFAULT_MIN_EFFECT,
                  n_resamples: int = 10_000, seed: int = 0, confidence: float = 0.95, rebaseline: bool = False,
                  strata: bool = True, judge_floor=None, judge_label_set: str | None = None,
-                 missing_worst=()) -> Comparison:
+                 missing_worst=(), labels=None) -> Comparison:
     """Compare stored runs A (baseline) and B (candidate); refuses differing pins unless ``rebaseline``.
 
     Metrics measured at final_k are refused when the runs' final_k differ: asked for explicitly, that is an
@@ -498,6 +503,10 @@ def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFA
     ``Comparison.coverage`` holds the golden items, the paired keys, each side's outcome mix (answered,
     abstained, refused, error) and the paired change in the error and refusal rates. ``missing_worst`` names
     metrics whose one-sided undefined pairs are scored as the worst value instead of left out.
+
+    ``labels`` (a PPI labels file or :class:`ragassay.analysis.ppi.PPILabels`): human values of judge metrics
+    for a random subsample of each run's answers; every compared metric it covers gets a PPI-corrected
+    difference in ``Comparison.ppi`` beside the raw rows, which stay the judge's (docs/ppi.md).
     """
     check_min_effect(min_effect)
     _check_settings(n_resamples, confidence)
@@ -574,6 +583,10 @@ def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFA
     comp = Comparison(ra, rb, rows, diff, [], pins, settings, excluded,
                       (delivered_tokens(store, ra.run_id), delivered_tokens(store, rb.run_id)), coverage=coverage)
     comp.judge_validation = judge_validation(store, (ra, rb), wanted, judge_floor, label_set=judge_label_set)
+    if labels is not None:
+        from ragassay.analysis.ppi import comparison_ppi
+
+        comp.ppi = comparison_ppi(store, ra.run_id, rb.run_id, labels, wanted, confidence=confidence)
     judged = {s["metric"] for s in comp.judge_validation}
     # claims read in the order a query flows through the pipeline (retrieval first), as the report's tables do
     headline = sorted((r for r in rows if r.stratum == "all" and (r.metric in HEADLINE_METRICS or r.metric in judged)

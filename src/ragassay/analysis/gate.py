@@ -20,6 +20,12 @@ every class recall CI >= 0.5, over at least 100 items and 10 per class; docs/jud
 its check is WARN with status ``unvalidated`` — it can neither PASS nor FAIL the build. The check names the
 record it used.
 
+With ``labels`` (human values of judge metrics on a random subsample of each run's answers, docs/ppi.md), a
+judge metric the labels cover is decided on its PPI-corrected difference (the corrected interval, its normal p
+BH-adjusted with the other metrics' bootstrap p, MDE from its standard error); the raw judge delta is named
+beside it. When every label used says ``labelled_by: human``, the corrected figure decides even for an
+unvalidated judge (status ``ppi``): its interval holds whatever the judge's errors.
+
 Coverage is checked before any statistic is trusted (spec §14's hard gates): the candidate FAILS when its error
 rate or its refusal rate rises credibly (paired interval and BH-adjusted p, as for the metrics; allowed rise
 ``max_error_rise`` / ``max_refusal_rise``, default 0), or when a gated metric compares less than
@@ -48,7 +54,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ragassay.analysis.compare import UNBOUNDED, Comparison, _p_text, _pct_text, compare_runs, outcome_unit
 from ragassay.analysis.directions import higher_is_better
+from ragassay.analysis.ppi import gate_figures
 from ragassay.errors import InputError
+from ragassay.metrics.agent import is_trajectory
 from ragassay.metrics.names import canonical_name
 from ragassay.stats import n_for_mde
 from ragassay.yamlio import line_of, load_yaml_node
@@ -64,6 +72,9 @@ class MetricPolicy(BaseModel):
     # "excluded": a pair undefined on one side is left out (and counted by the coverage checks);
     # "worst": it is scored, the undefined side taking the metric's worst value (0, or 1 if lower is better)
     missing: Literal["excluded", "worst"] = "excluded"
+    # agent trajectory diagnostics (tool_call_f1, steps, loops, redundant_query_rate, hop sufficiency) are
+    # read when the outcome drops, not gated on (spec §12.2): a policy must opt in per metric
+    allow_trajectory: bool = False
 
 
 class HardPolicy(BaseModel):
@@ -127,6 +138,10 @@ class GatePolicy(BaseModel):
             if name not in UNBOUNDED and p.min_effect > 1:
                 raise ValueError(f"{m}.min_effect: {p.min_effect:g} is out of range: {name} lies in [0, 1], so "
                                  f"its minimum effect must be in (0, 1]")
+            if is_trajectory(name) and not p.allow_trajectory:
+                raise ValueError(f"{m}.allow_trajectory: {name} is an agent trajectory diagnostic, recorded on "
+                                 "every run but not a pass/fail criterion (grade the outcome: task_success, "
+                                 "partial_credit); to gate on it anyway, add `allow_trajectory: true` under it")
             if name in UNBOUNDED and p.missing == "worst":
                 raise ValueError(f"{m}.missing: worst needs a bounded metric; {name} has no worst value, so "
                                  "use `missing: excluded`")
@@ -168,7 +183,7 @@ def load_policy(path: str | Path | None) -> GatePolicy:
 
 
 # "<metric key>.<field>: message", as GatePolicy's metrics check words it
-_METRIC_FIELD = re.compile(r"(.*?)\.(min_effect|missing): (.*)", re.S)
+_METRIC_FIELD = re.compile(r"(.*?)\.(min_effect|missing|allow_trajectory): (.*)", re.S)
 
 
 def _short(v: object, limit: int = 60) -> str:
@@ -456,21 +471,49 @@ def _first_metric_rows(cols: dict) -> list[int]:
     return out
 
 
-def run_gate(store, base: str, cand: str, policy: GatePolicy, *, rebaseline: bool = False) -> GateResult:
+def ppi_check(metric: str, ppi: dict, min_effect: float, confidence: float, raw_delta: float) -> Check:
+    """The statistical check of a judge metric on its PPI-corrected difference (analysis/ppi.py
+    ``gate_figures``), the raw judge delta named beside it."""
+    head = f"PPI-corrected (n labelled = {ppi['n_text']})"
+    if "undefined" in ppi:
+        return Check(metric, "statistical", "WARN", f"{head}: undefined ({ppi['undefined']}); raw judge Δ "
+                     f"{raw_delta:+.3f}", None, min_effect)
+    c = statistical_check(metric, ppi["delta"], ppi["ci_low"], ppi["ci_high"], min_effect, True, confidence,
+                          p_adj=ppi["p_adj"], mde=ppi["mde"])
+    return Check(metric, c.kind, c.verdict, f"{head}: {c.detail}; raw judge Δ {raw_delta:+.3f}", c.value,
+                 c.threshold)
+
+
+def run_gate(store, base: str, cand: str, policy: GatePolicy, *, rebaseline: bool = False,
+             labels=None) -> GateResult:
+    """The gate of ``cand`` against ``base`` under ``policy``. ``labels`` (a PPI labels file): a judge metric
+    it covers is decided on its PPI-corrected difference (docs/ppi.md); when every label used says
+    ``labelled_by: human`` that decision stands even for an unvalidated judge (status ``ppi``)."""
     metrics = list(policy.metrics)
     comp = compare_runs(store, base, cand, metrics=metrics, n_resamples=policy.n_resamples, seed=policy.seed,
                         confidence=policy.confidence, rebaseline=rebaseline, strata=False,
                         min_effect={m: p.min_effect for m, p in policy.metrics.items()},
                         judge_floor=policy.judge.floor(), judge_label_set=policy.judge.label_set,
-                        missing_worst=[m for m, p in policy.metrics.items() if p.missing == "worst"])
+                        missing_worst=[m for m, p in policy.metrics.items() if p.missing == "worst"],
+                        labels=labels)
     # coverage first: a statistic over the pairs a candidate still answered means little if it lost the rest
     checks = coverage_checks(policy.hard, comp, policy.confidence)
     status = {s["metric"]: s for s in comp.judge_validation}
+    corrected = gate_figures(comp, policy.confidence, POWER) if comp.ppi else {}
     for m, pol in policy.metrics.items():
         row = comp.overall(m)
         check = statistical_check(m, row.delta, row.ci_low, row.ci_high, pol.min_effect, row.defined,
                                   policy.confidence, p_adj=row.p_adj, mde=row.mde, n=row.n, sigma_d=row.sigma_d)
-        if m in status and status[m]["status"] == "unvalidated":
+        ppi = corrected.get(m)
+        if ppi is not None:
+            # human labels of a random subsample correct the judge: the decision rests on the corrected figure
+            check = ppi_check(m, ppi, pol.min_effect, policy.confidence, row.delta)
+        if ppi is not None and ppi.get("human") and m in status and status[m]["status"] == "unvalidated":
+            # the corrected interval holds whatever the judge's errors: it rests on the human labels
+            check = Check(m, check.kind, check.verdict, f"{check.detail}; judge unvalidated "
+                          f"({'; '.join(status[m]['reasons'])}), decided on the human-label correction",
+                          check.value, check.threshold, status="ppi")
+        elif m in status and status[m]["status"] == "unvalidated":
             # An unmeasured classifier decides nothing: report what the data say, but never PASS or FAIL on it.
             check = Check(m, "statistical", "WARN", f"unvalidated judge, cannot pass or fail: "
                           f"{'; '.join(status[m]['reasons'])}; validate it with `ragassay judge validate` "

@@ -759,6 +759,7 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
                                          if r.stratum == "all" or r.metric in STRATUM_ROWS_METRICS],
                                 "claims": claims_in_policy_order(c, policy_metrics),
                                 "coverage": coverage_lines(c),
+                                "ppi": c.ppi,
                                 "pin_differences": [{"pin": k, "a": a, "b": b} for k, a, b in c.pin_differences],
                                 "excluded": [{"metric": m, "reason": why} for m, why in c.excluded],
                                 "config_diff": [{"key": k, "a": a, "b": b} for k, a, b in c.config_diff],
@@ -1356,12 +1357,17 @@ def _decomposition(store, recs, n_resamples: int, seed: int, *, ladder: bool = T
 
 
 def _slices(store, comparisons, golden: GoldenSet, n_resamples: int, seed: int) -> list[dict]:
-    from ragassay.analysis.slicing import slice_analysis
+    from ragassay.analysis.slicing import paired_scores, slice_analysis
+
+    def paired(c, m) -> bool:
+        # a metric undefined on every pair (answer_f1 of a set without reference answers) has nothing to split
+        _, _, a, b = paired_scores(store, c.run_a.run_id, c.run_b.run_id, m)
+        return bool(np.any(~(np.isnan(a) | np.isnan(b))))
 
     out = []
     for c in comparisons:
         shared = set(store.metrics(c.run_a.run_id)) & set(store.metrics(c.run_b.run_id))
-        metric = next((m for m in ("answer_f1", FOREST_METRIC) if m in shared), None)
+        metric = next((m for m in ("answer_f1", FOREST_METRIC) if m in shared and paired(c, m)), None)
         if metric is not None:
             out.append(slice_analysis(store, c.run_a.run_id, c.run_b.run_id, metric=metric, by=("stratum",),
                                       golden=golden, n_resamples=n_resamples, seed=seed,

@@ -94,8 +94,19 @@ def print_comparison(comp, *, all_strata: bool = True) -> None:
                  f"{r.wins}/{r.losses}/{r.ties}", _f(r.sigma_d), _f(r.mde), r.verdict)
         t.add_row(*(Text(c) for c in cells), style=style)
     console.print(t)
+    print_ppi(comp.ppi)
     for c in comp.claims:
         console.print("• " + c, markup=False)
+
+
+def print_ppi(entries: list[dict]) -> None:
+    """The PPI-corrected figure of each judge metric the --labels file covers, beside its raw judge means."""
+    from ragassay.analysis.ppi import corrected_text
+
+    for e in entries:
+        console.print(Text("PPI-corrected: ", style="cyan") + Text(corrected_text(e)))
+        for w in e["warnings"]:
+            console.print(Text("  warning: ", style="yellow") + Text(w))
 
 
 def compare(
@@ -124,6 +135,10 @@ def compare(
     from_parquet: Path = typer.Option(
         None, "--from-parquet", metavar="DIR",
         help="Read the runs from a partitioned export (export --partitioned -o DIR) instead of --store."),
+    labels: Path = typer.Option(
+        None, "--labels", metavar="FILE",
+        help="Human values of judge metrics on a random subsample of each run's answers (JSONL, docs/ppi.md): "
+             "each judge metric they cover also gets a PPI-corrected difference beside the raw judge means."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Paired deltas per metric and stratum with bootstrap CIs, W/L/T, MDE, BH-adjusted p and claims.
@@ -136,6 +151,7 @@ def compare(
         raise InputError(f"--format {fmt!r}: use text or markdown (or --json)")
     effect = parse_min_effect(min_effect)
     wanted = [canonical_name(m) for m in metric] if metric else None
+    ppi_labels = _load_labels(labels)
     if from_parquet is not None:
         from ragassay.store.parquet import ParquetResults
 
@@ -146,7 +162,7 @@ def compare(
         bar.add_task(f"{resamples:,} paired resamples", total=None)
         comp = compare_runs(st, run_a, run_b, metrics=wanted, min_effect=effect,
                             n_resamples=resamples, seed=seed, rebaseline=rebaseline, strata=not overall_only,
-                            missing_worst=[canonical_name(m) for m in missing_worst or ()])
+                            missing_worst=[canonical_name(m) for m in missing_worst or ()], labels=ppi_labels)
         split, skipped = decomposition_for(st, comp, seed=seed)
         extra = alternative_tests(st, comp, test, seed=seed) if test != "bootstrap" else []
     if json_out:
@@ -157,9 +173,11 @@ def compare(
         return
     if fmt == "markdown":
         from ragassay.report.markdown import comparison_markdown
+        from ragassay.report.ppi import ppi_markdown
 
         # a PR comment carries the overall rows; the strata stay in the terminal, --json and the report
-        sys.stdout.write(comparison_markdown(comp) + tests_markdown([x for x in extra if x["stratum"] == "all"]))
+        sys.stdout.write(comparison_markdown(comp) + tests_markdown([x for x in extra if x["stratum"] == "all"])
+                         + ppi_markdown(comp.ppi))
         return
     print_comparison(comp)
     print_tests(extra)
@@ -287,6 +305,10 @@ def gate(
     rebaseline: bool = typer.Option(False, "--rebaseline"),
     fmt: str = typer.Option("text", "--format", help="text | markdown (the verdict, checks and comparison as "
                             "a PR comment)."),
+    labels: Path = typer.Option(
+        None, "--labels", metavar="FILE",
+        help="Human values of judge metrics on a random subsample of each run's answers (JSONL, docs/ppi.md): "
+             "a gated judge metric they cover is decided on its PPI-corrected difference."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """PASS / WARN / FAIL: fail only on a credible regression at least the minimum effect, or a hard gate;
@@ -296,15 +318,20 @@ def gate(
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt!r}: use text or markdown (or --json)")
     pol = load_policy(policy)
+    ppi_labels = _load_labels(labels)
     with Store.open(store, read_only=True) as st, progress(enabled=not json_out and fmt == "text") as bar:
         bar.add_task(f"{pol.n_resamples:,} paired resamples", total=None)
-        result = run_gate(st, base, cand, pol, rebaseline=rebaseline)
+        result = run_gate(st, base, cand, pol, rebaseline=rebaseline, labels=ppi_labels)
     if json_out:
-        print_json(result.to_dict())
+        out = result.to_dict()
+        if result.comparison is not None and result.comparison.ppi:
+            out["ppi"] = result.comparison.ppi
+        print_json(out)
     elif fmt == "markdown":
         from ragassay.report.markdown import comparison_markdown
+        from ragassay.report.ppi import ppi_markdown
 
-        sys.stdout.write(comparison_markdown(result.comparison, gate=result))
+        sys.stdout.write(comparison_markdown(result.comparison, gate=result) + ppi_markdown(result.comparison.ppi))
     else:
         print_gate(result)
     if result.exit_code:
@@ -323,6 +350,18 @@ def print_gate(result) -> None:
         console.print(Text("  ") + Text(f"{c.verdict:4}", style=colour[c.verdict])
                       + (Text(f" [{status}]", style="yellow") if status else Text(""))
                       + Text(f" {c.kind:11} {c.name}: {c.detail}"))
+    for e in comp.ppi:
+        for w in e["warnings"]:
+            console.print(Text("  warning: ", style="yellow") + Text(f"{e['metric']}: {w}"))
+
+
+def _load_labels(path: Path | None):
+    """The --labels file read and checked before any store is opened (None without one)."""
+    if path is None:
+        return None
+    from ragassay.analysis.ppi import load_ppi_labels
+
+    return load_ppi_labels(path)
 
 
 def register(app: typer.Typer) -> None:

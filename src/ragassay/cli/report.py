@@ -57,6 +57,10 @@ def report(
         None, "--include",
         help="A saved --json output of index-eval, embed-check or corpus check to add as a section "
              "(repeatable; the kind is read from the file's keys, see docs/report.md)."),
+    labels: Path = typer.Option(
+        None, "--labels", metavar="FILE",
+        help="Human values of judge metrics on a random subsample of the runs' answers (JSONL, docs/ppi.md): "
+             "each comparison shows the PPI-corrected difference beside the raw judge means."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Pins and manifest, stage and stratum tables, forest plot of paired deltas, recall-at-depth curves,
@@ -81,6 +85,14 @@ def report(
         raise InputError("pass --golden and --corpus together (the golden set is resolved against its corpus)")
     from ragassay.report.include import load_include
 
+    ppi_labels = None
+    if labels is not None:
+        if len(runs) < 2:
+            raise InputError("--labels corrects the comparisons' judge metrics: give two or more runs (or use "
+                             "`ragassay judge ppi RUN --labels FILE` for one run)")
+        from ragassay.analysis.ppi import load_ppi_labels
+
+        ppi_labels = load_ppi_labels(labels)
     # read before the runs are pivoted: a bad file fails in milliseconds, not after the comparisons
     included = [load_include(p) for p in include or []]
     with Store.open(store, read_only=True) as opened:
@@ -106,7 +118,8 @@ def report(
             preload_kernel(used * len(gs.queries))
         parquet_rows = QueriesParquet()
         runs_read = read_runs(st, recs, parquet_rows)
-        comparisons = [compare_runs(st, recs[0].run_id, r.run_id, n_resamples=used, rebaseline=rebaseline)
+        comparisons = [compare_runs(st, recs[0].run_id, r.run_id, n_resamples=used, rebaseline=rebaseline,
+                                    labels=ppi_labels)
                        for r in recs[1:]]
         data = build_report_data(st, [r.run_id for r in recs], gs, corp, comparisons=comparisons,
                                  traces_dir=traces_dir, title=f"ragassay report: {', '.join(r.name for r in recs)}",

@@ -30,6 +30,8 @@ from ragassay import fsio
 from ragassay.analysis.compare import lost_text
 from ragassay.errors import SchemaError
 from ragassay.report import analyses, fmt, include, svg
+from ragassay.report.ppi import COLUMNS as PPI_COLUMNS
+from ragassay.report.ppi import ppi_rows
 
 PIN_ORDER = (
     "dataset_version",
@@ -594,6 +596,9 @@ def _comparison_view(c: object, i: int) -> dict:
         "config_diff": diff,
         "resamples": fmt.num(c["n_resamples"]) if fmt.is_number(c.get("n_resamples")) else None,
         "resamples_note": str(c["resamples_note"]) if c.get("resamples_note") else None,
+        # judge metrics corrected by human labels (report --labels): plain strings, escaped by the template
+        "ppi": ppi_rows(_list(c.get("ppi", []), f"{p}.ppi")),
+        "ppi_columns": list(PPI_COLUMNS),
     }
 
 
