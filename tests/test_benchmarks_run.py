@@ -102,6 +102,14 @@ RUNS: dict[str, list[tuple[list[str], list[str]]]] = {
         "wrote {n} nuggets items to",
     ])],
     "make_pairwise_examples.py": [(["--out", TMP], ["wrote {n} pairs to"])],
+    "online_ingest.py": [(["--tiny"], [
+        "simulate {n} records over {n} days: {n} s wall, {n} MB JSONL",
+        "ingest {n} records: {n} s wall, {n} s CPU, {n} records/s, peak RSS {n} MB, {n} MB Parquet in {n} files",
+        "ingest {n} records: {n} s wall, peak RSS {n} MB (memory at a quarter of the records)",
+        "re-ingest of the same file (skipped by sha256): {n} s wall",
+        "signals over {n} days: {n} s wall, peak RSS {n} MB",
+        "rephrase rule vs simulated truth: precision {n} recall {n} ({n} true rephrases)",
+    ])],
     "pipeline.py": [
         (["--tiny"], [
             "queries {n} chunks {n}",

@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline", "judges"),
     ("executors", "importers"),
     ("analysis",),
+    ("online",),
     ("report", "api"),
     ("cli", "__main__", "pytest_plugin"),
 )
@@ -254,7 +255,7 @@ def test_the_graph_holds_lazy_relative_and_type_only_imports(tmp_path):
 
 
 @pytest.mark.parametrize("module, layer", [("ragassay", 0), ("ragassay._progress", 0), ("ragassay.store.db", 1),
-                                           ("ragassay.judges.providers.base", 3), ("ragassay.api", 6)])
+                                           ("ragassay.judges.providers.base", 3), ("ragassay.api", 7)])
 def test_layer_of_reads_the_top_level_package(module, layer):
     assert layer_of(module) == layer
 

@@ -287,3 +287,36 @@ def test_report_labels_put_the_ppi_corrected_difference_beside_the_raw_judge_mea
     assert f"{raw['a']:.3f} → {raw['b']:.3f}" in html
     res = cli("report", "bm25", "-o", tmp_path / "one", "--store", store, "--labels", labels)
     assert res.code == 2 and "give two or more runs" in res.err
+
+
+# ------------------------------------------------------------------------------------------------ docs/online.md
+@pytest.mark.slow
+def test_online_gap_and_promote_outputs_go_into_the_report(demo, tmp_path):
+    out, _ = demo
+    import shutil
+
+    store = tmp_path / "s.duckdb"
+    shutil.copy(out / "ragassay.duckdb", store)
+    traffic = tmp_path / "t.jsonl"
+    assert cli("online", "simulate", "--out", traffic, "--records", 2000, "--days", 5).code == 0
+    assert cli("online", "ingest", traffic, "--store", store).code == 0
+    res = cli("online", "gap", "--store", store, "--release", "2026.03-b", "--offline", "bm25", "hybrid",
+              "--metric", "ndcg@5", "--resamples", 500, "--json")
+    assert res.code == 0, res.err
+    gap = json.loads(res.out)
+    res = cli("online", "promote", "--store", store, "--out", tmp_path / "queue", "--json")
+    assert res.code == 0, res.err
+    promote = json.loads(res.out)
+    (tmp_path / "gap.json").write_text(json.dumps(gap), encoding="utf-8")
+    (tmp_path / "promote.json").write_text(json.dumps(promote), encoding="utf-8")
+    res = cli("report", "bm25", "hybrid", "-o", tmp_path / "report", "--store", store, "--include",
+              tmp_path / "gap.json", "--include", tmp_path / "promote.json")
+    assert res.code == 0, res.err
+    html = (tmp_path / "report" / "index.html").read_text(encoding="utf-8")
+    assert f"Offline–online gap: {gap['row']['online_measure']} against ndcg@5" in html
+    assert f"Promoted production failures: cohort {promote['cohort']}" in html
+    # the offline delta the page shows is the paired delta compare gives for the same runs
+    offline = gap["row"]["offline"]
+    from ragassay.report import fmt
+
+    assert fmt.num(offline["delta"]) in html.replace("&#43;", "+")

@@ -14,7 +14,9 @@ match wins (docs/report.md):
 - ``judge validate``: has ``judge_model``, ``figures`` and ``kappa``;
 - ``analyze ablation``: has ``expectations``, ``placebo``, ``margin`` and ``metric``;
 - ``analyze rerank-cost``: ``kind`` is ``"rerank-cost"``;
-- ``cost``: has ``runs``, ``projection`` and ``labelling``.
+- ``cost``: has ``runs``, ``projection`` and ``labelling``;
+- ``online judge`` / ``online gap`` / ``online promote``: ``kind`` is ``"online-judge"``, ``"online-gap"`` or
+  ``"ragassay online promote"``.
 
 Every kind becomes the generic ``{"title", "tables": [{"title", "columns", "rows"}], "notes"}`` section (through
 the owning module's ``*_report_section`` function, with an adapter where that function has another shape), and
@@ -32,7 +34,7 @@ from ragassay.report import fmt
 from ragassay.report.analyses import labeller_heading
 
 _KNOWN = ("index-eval, embed-check, corpus check, parse, chunks, sweep, analyze attacks, analyze hygiene, "
-          "judge validate, analyze ablation, analyze rerank-cost or cost")
+          "judge validate, analyze ablation, analyze rerank-cost, cost, online judge, online gap or online promote")
 _EMBED_KEYS = ("gap", "top1", "duplicates", "truncation", "drift")
 
 
@@ -329,6 +331,16 @@ def _cost(d: Mapping) -> dict:
     return {"title": "The eval layer's own cost", "tables": tables, "notes": notes}
 
 
+def _online(name: str) -> Callable[[Mapping], dict]:
+    # report.online renders the online commands' saved --json (imported when such a file is included)
+    def convert(d: Mapping) -> dict:
+        from ragassay.report import online
+
+        return getattr(online, name)(d)
+
+    return convert
+
+
 KINDS: tuple[tuple[str, Callable[[Mapping], bool], Callable[[Mapping], dict]], ...] = (
     ("index-eval", lambda d: "curve" in d and "operating_knob" in d, _index_eval),
     ("embed-check", lambda d: "curve" not in d and any(k in d for k in _EMBED_KEYS), _embed_check),
@@ -342,6 +354,9 @@ KINDS: tuple[tuple[str, Callable[[Mapping], bool], Callable[[Mapping], dict]], .
     ("analyze ablation", lambda d: all(k in d for k in ("expectations", "placebo", "margin", "metric")), _ablation),
     ("analyze rerank-cost", lambda d: d.get("kind") == "rerank-cost", _rerank_cost),
     ("cost", lambda d: all(k in d for k in ("runs", "projection", "labelling")), _cost),
+    ("online judge", lambda d: d.get("kind") == "online-judge", _online("judge_report_section")),
+    ("online gap", lambda d: d.get("kind") == "online-gap", _online("gap_report_section")),
+    ("online promote", lambda d: d.get("kind") == "ragassay online promote", _online("promote_report_section")),
 )
 
 
