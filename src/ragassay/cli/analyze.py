@@ -40,6 +40,9 @@ KINDS: dict[str, tuple[str, str]] = {
     "rerank-cost": ("ragassay.cli.analyze_rerank_cost:rerank_cost",
                     "Quality per millisecond: quality delta with paired CI, added p95 latency, delta per 100 ms, "
                     "$/1k queries, Pareto set."),
+    "claims": ("ragassay.cli.analyze_claims:claims",
+               "Claim-by-claim diff of two runs judged for claims: claims gained, lost and changed verdict, with "
+               "their supporting units."),
 }
 
 STORE_OPT = typer.Option(Path("ragassay.duckdb"), "--store", help="DuckDB results file.")

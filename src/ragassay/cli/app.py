@@ -55,13 +55,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "judge": ("judge", "Judge a stored run's answers with an LLM or local judge (score), validate a judge "
                        "against human labels, rebaseline a judge change."),
     "analyze": ("analyze", "System analyses: evidence-delivery decomposition, oracle ladder, slices and cases, "
-                           "ablations, latency, consistency, attribution, attacks, hygiene."),
+                           "ablations, latency, consistency, attribution, attacks, hygiene, quality per millisecond, "
+                           "claim diffs."),
     "import": ("imports", "Import a BEIR dataset (corpus + golden set), OpenTelemetry spans, RAGAS rows or a "
                           "TREC run (traces)."),
     "convert": ("convert", "Convert a JSONL trace file to a Parquet trace dataset, streaming, with every bad "
                            "line counted and named."),
     "cost": ("cost", "The eval layer's own cost per run: calls, tokens, spend, the same calls sync vs batch and "
              "cached, deterministic-first share, monthly projection, labelling."),
+    "agent": ("agent", "Agent runs: task success, partial credit, silent failures, cost per resolved task and p95 "
+                       "wall-clock with intervals, trajectory diagnostics apart (report); the reference agent (run, "
+                       "demo)."),
+    "transcripts": ("transcripts", "Sample a run's failures across strata and show each as a readable "
+                                   "transcript: the agent's claim vs the verifier's verdict, steps, units, cost."),
+    "online": ("online", "Production traffic: ingest request records, daily signals with alarms, simulate a month "
+                         "of traffic; judge a sample, the offline-online gap and promote failures to labelling."),
     "doctor": ("doctor", "Check the environment, the store, and a golden set's pins: PASS / WARN / FAIL "
                          "with a fix each."),
 }

@@ -1,6 +1,7 @@
 """`ragassay judge`: score a stored run's answers with a judge (`judge score`, also `judge RUN`), validate a
 judge against human labels (`judge validate`), and measure a judge change on archived answers
-(`judge rebaseline`)."""
+(`judge rebaseline`); judge a run claim by claim (`judge claims`, docs/claims.md) and validate the claims
+judge (`judge validate-claims`)."""
 
 from __future__ import annotations
 
@@ -123,6 +124,10 @@ from ragassay.cli.judge_pairwise import _traces_path, pairwise  # noqa: E402  (l
 
 judge_app.command("pairwise")(pairwise)
 
+from ragassay.cli.judge_ppi import ppi  # noqa: E402  (light: its heavy imports run with it)
+
+judge_app.command("ppi")(ppi)
+
 
 def _fmt(s: dict | None, signed: bool = False) -> str:
     if not s or not s.get("defined") or s.get("value") is None:
@@ -184,6 +189,7 @@ def validate(
     store the validation record. A label set with a single class, or fewer labels than the minimums, is
     refused before any call is made."""
     from ragassay.judges.config import load_judge_config
+    from ragassay.judges.kinds import CLAIM_KINDS
     from ragassay.judges.validate import (
         KIND_SCALES,
         Floor,
@@ -193,8 +199,13 @@ def validate(
     )
     from ragassay.store import Store
 
+    if kind in CLAIM_KINDS:  # the claims judge's kinds (docs/claims.md)
+        validate_claims_cmd(judge_config=judge_config, kind=kind, labels=labels, store=store, resamples=resamples,
+                            seed=seed, json_out=json_out)
+        return
     if kind not in VALIDATION_KINDS:
-        raise InputError(f"--kind must be one of {', '.join(VALIDATION_KINDS)}, got {kind!r}")
+        raise InputError(f"--kind must be one of {', '.join(VALIDATION_KINDS)} (or claim_check, claim_extract), "
+                         f"got {kind!r}")
     if kind != "pairwise":
         scale = scale or "binary"
         if scale not in KIND_SCALES[kind]:
@@ -438,6 +449,119 @@ def rebaseline_cmd(
         table.add_row(Text(m), str(r["n"]), f"{r['mean_old']:.3f}", f"{r['mean_new']:.3f}", _fmt(r["offset"], True),
                       f"{r['undefined_old']}/{r['undefined_new']} ({r['undefined_both']})")
     console.print(table)
+
+
+@judge_app.command("claims")
+def claims_cmd(
+    run: str = typer.Argument(..., help="Stored run to judge for claims (run_id, unique prefix or name)."),
+    judge_config: Path = typer.Option(..., "--judge", help="Judge config YAML: provider local (model lexical) for "
+                                      "the offline extractor and checker, or an LLM judge; `claims: {relevance: "
+                                      "claims | spans}` picks the relevance rule."),
+    store: Path = STORE_OPT,
+    traces: Path = typer.Option(None, "--traces", help="The run's traces JSONL (default: where the run recorded "
+                                                       "them)."),
+    corpus: Path = typer.Option(None, "--corpus", help="Corpus the run used (default: bundled)."),
+    golden: Path = typer.Option(None, "--golden", help="Golden set the run used (default: bundled)."),
+    resume: bool = typer.Option(False, "--resume", help="Re-score a run judged for claims before, under the same "
+                                                        "judge; stored calls are not paid again."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Judge a stored run's answers claim by claim (RAGChecker's eleven metrics: overall precision, recall,
+    F1; claim recall, context precision; context utilization, noise sensitivity, hallucination,
+    self-knowledge, faithfulness) and store them with the claim tables that `analyze claims` diffs."""
+    from ragassay.judges.config import load_judge_config
+
+    cfg = load_judge_config(judge_config)
+    if not store.is_file():
+        raise InputError(f"{store}: no such store; run or score the run first (or pass --store)")
+    from ragassay.analysis.runner import load_inputs
+    from ragassay.judges.claims import claim_pins, judge_claims_run
+    from ragassay.store import Store
+    from ragassay.trace.io import read_traces
+
+    claim_pins(cfg)  # a config the claims judge cannot use is refused before anything is read
+    with Store.open(store) as st, progress(enabled=not json_out) as bar:
+        rec = st.get_run(run)
+        path = _traces_path(rec, traces)
+        if not path.is_file():
+            raise InputError(f"{path}: the traces of run {rec.name} are not there; pass them with --traces")
+        header, recs, problems = read_traces(path)
+        corp, gs = load_inputs(corpus, golden)
+        tick = counting(bar, f"judging {len(recs)} answers of run {rec.name} for claims")
+        summary = judge_claims_run(st, rec.run_id, recs, gs, corp, cfg, resume=resume, header=header,
+                                   traces_label=str(path), progress=tick)
+    out = summary.to_dict()
+    out["trace_problems"] = len(problems)
+    if json_out:
+        print_json(out)
+        return
+    if problems:
+        console.print(f"warning: {len(problems)} malformed trace record(s) in {esc(path)} were skipped")
+    console.print(Text(f"judged run {summary.run_name} ({summary.run_id}) for claims with "
+                       f"{summary.pins['judge_model']} (relevance rule {summary.pins['relevance']}): "
+                       f"{summary.items} answers"))
+    table = Table("metric", "mean", "defined", "undefined")
+    for m, v in out["metrics"].items():
+        table.add_row(Text(m), "undefined" if v["mean"] is None else f"{v['mean']:.3f}", str(v["defined"]),
+                      str(v["undefined"]))
+    console.print(table)
+    b = out["breakdown"]
+    console.print(Text(f"response claims ({b['claims']}): " + ", ".join(
+        f"{k} {'undefined' if v is None else f'{v:.1%}'}" for k, v in b["shares"].items())))
+    if out["undefined"]:
+        console.print(Text("undefined: " + "; ".join(f"{u['metric']} {u['reason']} ×{u['count']}"
+                                                     for u in out["undefined"])))
+    console.print(Text("checks: " + ", ".join(f"{k} {n}" for k, n in out["calls"].items())
+                       + f"; quote not found {out['quote_not_found']}"))
+
+
+@judge_app.command("validate-claims")
+def validate_claims_cmd(
+    judge_config: Path = typer.Option(..., "--judge", help="The claims judge config YAML."),
+    kind: str = typer.Option("claim_check", "--kind", help="claim_check (three-way check of one claim against "
+                             "one passage) or claim_extract (claims found in a text)."),
+    labels: Path = typer.Option(None, "--labels", help="Label JSONL (default: the bundled automated example of "
+                                                       "the kind)."),
+    store: Path = STORE_OPT,
+    resamples: int = typer.Option(2_000, "--resamples", help="Bootstrap resamples (100 to 1,000,000)."),
+    seed: int = typer.Option(0, "--seed"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Validate the claims judge against labels: agreement (kappa, per-class recall) of the three-way check,
+    or recall and precision of claim extraction, with bootstrap CIs; store the record and check the floor."""
+    from ragassay.judges.claims import VALIDATION_KINDS as CLAIM_KINDS
+    from ragassay.judges.claims import bundled_claim_labels, validate_claims
+    from ragassay.judges.config import load_judge_config
+    from ragassay.store import Store
+
+    if kind not in CLAIM_KINDS:
+        raise InputError(f"--kind {kind}: choose one of {list(CLAIM_KINDS)}")
+    checks.refuse(checks.resamples(resamples), checks.seed(seed))
+    cfg = load_judge_config(judge_config)
+    path = labels if labels is not None else bundled_claim_labels(kind)
+    with Store.open(store) as st:
+        record = validate_claims(cfg, kind, path, st, n_resamples=resamples, seed=seed)
+    record["created_at"] = record["created_at"].isoformat()
+    if json_out:
+        print_json(record)
+        return
+    f = record["figures"]
+    console.print(Text(f"validated the claims judge {record['judge_model']} on {path} (kind {kind}, version "
+                       f"{record['label_set_version'][:12]}, labelled by {record['labelled_by']}): {record['n']} of "
+                       f"{record['n_items']} items compared; validation {record['validation_id']}"))
+    if kind == "claim_check":
+        console.print(Text(f"kappa {_fmt(f['kappa'])}, agreement {_fmt(f['agreement'])}"))
+        table = Table("class", "labels", "judge", "precision", "recall")
+        for c in f["per_class"]:
+            table.add_row(Text(c["label"]), str(c["support"]), str(c["predicted"]), _fmt(c["precision"]),
+                          _fmt(c["recall"]))
+        console.print(table)
+    else:
+        console.print(Text(f"extraction recall {_fmt(f['recall'])}, precision {_fmt(f['precision'])}, F1 "
+                           f"{_fmt(f['f1'])} ({f['human_claims']} labelled claims, {f['judge_claims']} extracted; "
+                           f"match {f['match']})"))
+    verdict = "meets" if record["meets_floor"] else "does NOT meet"
+    console.print(Text(f"{verdict} the floor: {record['floor_detail']}"))
 
 
 def register(app: typer.Typer) -> None:

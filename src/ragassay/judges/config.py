@@ -19,6 +19,7 @@ batch: {poll_interval_s: 30, max_poll_interval_s: 300, max_wait_s: 3600}
 cascade:                    # optional: this judge becomes tier 2 of a cascade for faithfulness and citations
   tier1: {model: lexical, threshold: 0.7}   # a local judge that emits a score (lexical | embedding)
   band: {lo: 0.2, hi: 0.8}  # on tier 1's P(bad) = 1 - score: < lo auto-pass, > hi auto-fail, else tier 2
+claims: {relevance: claims}  # optional: `judge claims` relevance rule (claims | spans), see judges/claims.py
 ```
 """
 
@@ -144,6 +145,14 @@ class CascadeConfig(_Strict):
 CASCADE_METRICS = ("faithfulness", "citations")
 
 
+class ClaimsConfig(_Strict):
+    """How ``judge claims`` scores (RAGChecker's claim metrics, :mod:`ragassay.judges.claims`): the relevance
+    rule of a retrieved unit — ``claims`` (it entails a ground-truth claim, RAGChecker's) or ``spans`` (it
+    overlaps golden evidence). A pin of the claims judge; the other judge metrics ignore it."""
+
+    relevance: Literal["claims", "spans"] = "claims"
+
+
 class JudgeConfig(_Strict):
     provider: Literal["openai", "anthropic", "local"]
     model: str = Field(min_length=1)
@@ -167,6 +176,7 @@ class JudgeConfig(_Strict):
     threshold: float | None = Field(default=None, ge=-1, le=1)
     numeric: bool = True
     cascade: CascadeConfig | None = None
+    claims: ClaimsConfig | None = None
 
     @field_validator("cascade")
     @classmethod
@@ -351,5 +361,5 @@ def build_judge(cfg: JudgeConfig, store=None):
     return OpenAIJudge(sampling, price_table(cfg.prices), max_tokens_param=cfg.max_tokens_param, **kwargs)
 
 
-__all__ = ["CASCADE_METRICS", "SETTINGS", "BandConfig", "CascadeConfig", "CascadeTier1Config", "JudgeConfig",
-           "build_judge", "build_tier1", "judge_settings", "load_judge_config"]
+__all__ = ["CASCADE_METRICS", "SETTINGS", "BandConfig", "CascadeConfig", "CascadeTier1Config", "ClaimsConfig",
+           "JudgeConfig", "build_judge", "build_tier1", "judge_settings", "load_judge_config"]

@@ -37,11 +37,16 @@ from ragassay.judges.validate import (
 KIND_METRIC = {"citation": "citations", "relevance": "answer_relevance", "criterion": "correctness",
                "nuggets": "nuggets"}
 LOCAL_KINDS = ("support", "citation")
+# The claims judge's kinds have their own labels, figures and floor (judges.claims.validate_claims).
+CLAIM_KINDS = ("claim_check", "claim_extract")
 
 
 def check_judge_for_kind(cfg, kind: str, where: str) -> None:
     """Refuse a judge config that cannot validate ``kind``: a local judge for a kind it cannot judge, or an
     LLM judge config whose metrics do not include the metric the kind's judgement is for."""
+    if kind in CLAIM_KINDS:
+        raise InputError(f"{where}: --kind {kind} validates the claims judge: run `ragassay judge validate-claims "
+                         f"--kind {kind}` (judges.claims.validate_claims)")
     if cfg.provider == "local" and kind not in LOCAL_KINDS:
         raise InputError(f"{where}: a local judge ({cfg.model}) judges support and citation only; --kind {kind} "
                          "needs an LLM judge (provider anthropic or openai)")
@@ -153,4 +158,4 @@ def _done(progress: Callable[[int, int], None] | None, total: int) -> None:
         progress(total, total)
 
 
-__all__ = ["KIND_METRIC", "LOCAL_KINDS", "check_judge_for_kind", "run_kind"]
+__all__ = ["CLAIM_KINDS", "KIND_METRIC", "LOCAL_KINDS", "check_judge_for_kind", "run_kind"]
