@@ -303,3 +303,53 @@ def test_the_saved_judge_claims_json_becomes_a_generic_report_section(demo, tmp_
     rows = {r[0]: r for r in sec["tables"][0]["rows"]}
     assert set(rows) == set(CLAIM_METRICS) and rows["claim_recall"][2] + rows["claim_recall"][3] == 171
     assert sum(s for _, s in sec["tables"][1]["rows"]) == pytest.approx(1.0)
+
+
+def test_the_gate_holds_a_claim_metric_of_an_unvalidated_claims_judge_at_warn(demo, tmp_path):
+    # the claim metrics are judge metrics of the claim_check judgement: the gate looks up the run's claims-judge
+    # pins (not the answer judge's) and, with no record meeting the floor, cannot PASS or FAIL on them
+    from ragassay.analysis.gate import GatePolicy, run_gate
+    from ragassay.judges.validate import Floor, judge_status
+
+    store = copy_store(demo, tmp_path)
+    with Store.open(store) as st:
+        rec = st.get_run("bm25")
+        status, why = judge_status(st, rec, "claims_recall", Floor())
+        assert status == "unvalidated" and "no validation record" in why and "claim_check" in why
+        validate_claims(load_judge_config(demo["cfg"]), "claim_check", bundled_claim_labels("claim_check"), st,
+                        n_resamples=200)
+        status, why = judge_status(st, rec, "claims_recall", Floor())
+        assert status == "unvalidated" and "automated" in why  # the bundled labels never earn the floor
+        result = run_gate(st, "bm25", "hybrid", GatePolicy(metrics={"claims_recall": {"min_effect": 0.05}}))
+    (check,) = [c for c in result.checks if c.name == "claims_recall"]
+    assert (check.verdict, check.status) == ("WARN", "unvalidated")
+
+
+def test_the_report_shows_the_claim_breakdown_of_runs_judged_for_claims(demo, tmp_path):
+    from ragassay.analysis.claims_diff import claim_breakdowns
+    from ragassay.cli.app import main
+
+    store = copy_store(demo, tmp_path)
+    # the demo's runs are of the bundled golden set and corpus, the report's defaults
+    with pytest.raises(SystemExit) as e:
+        main(["report", "bm25", "hybrid", "-o", str(tmp_path / "out"), "--store", str(store), "--no-analyses"])
+    assert e.value.code == 0
+    html = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
+    assert '<section class="claims" id="claims"><h2>Claims</h2>' in html and 'href="#claims"' in html
+    with Store.open(store, read_only=True) as st:
+        want = claim_breakdowns(st, ["bm25", "hybrid"])
+    # each run's claim recall as the section prints it
+    for r in want["runs"]:
+        assert r["name"] in html
+    assert str(claims_html(want)) in html
+
+
+def test_a_saved_judge_claims_json_is_a_report_include_kind(demo, tmp_path):
+    from ragassay.report.include import load_include
+
+    store = copy_store(demo, tmp_path)
+    saved = tmp_path / "claims.json"
+    saved.write_text(_cli("judge", "claims", "bm25", "--judge", demo["cfg"], "--store", store, "--golden",
+                          demo["golden"], "--resume", "--json"), encoding="utf-8")
+    sec = load_include(saved)
+    assert sec["title"] == "Claims: bm25" and sec["kind"] == "judge claims"

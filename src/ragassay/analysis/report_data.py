@@ -748,6 +748,12 @@ def build_report_data(store, run_ids: list[str], golden: GoldenSet, corpus, *,
         {"stratum": s, "n": n, "values": [_num(cell[(r.run_id, s)]["mean"]) if (r.run_id, s) in cell else None
                                           for r in recs]} for s, n in strata.items()]}
     data["golden_provenance"] = golden_provenance(store, recs, golden, summaries)
+    # the claim-level breakdown of the runs judged for claims (judge claims)
+    claim_runs = [r.run_id for r in recs if (r.extra or {}).get("claims_judge")]
+    if claim_runs:
+        from ragassay.analysis.claims_diff import claim_breakdowns
+
+        data["claims"] = claim_breakdowns(store, claim_runs)
     # comparisons, forest
     if comparisons:
         # the gate's policy lists the metrics that decide; without a gate, the built-in policy's

@@ -47,6 +47,7 @@ import numpy as np
 
 from ragassay.errors import InputError, PinMismatchError
 from ragassay.judges.labels import KIND_LABELS, Item, LabelledItem, LabelSet
+from ragassay.metrics.claims import CLAIM_METRICS
 
 
 def _levels(labels: Sequence[str], not_top: str) -> tuple[dict, dict]:
@@ -89,6 +90,10 @@ METRIC_SCALE = {"faithfulness": "binary", "citation_precision": "binary", "citat
                 "numeric_consistency": "binary", "answer_relevance": "ordinal", "correctness": "ordinal",
                 "nugget_v_strict": "binary", "nugget_v": "ordinal", "nugget_a_strict": "binary",
                 "nugget_a": "ordinal"}
+# the claim metrics (judge claims) are built from three-way claim checks against units; their judge's pins are
+# the run's extra["claims_judge"], apart from the answer judge's extra["judge"]
+METRIC_KIND.update(dict.fromkeys(CLAIM_METRICS, "claim_check"))
+METRIC_SCALE.update(dict.fromkeys(CLAIM_METRICS, "three_way"))
 DEFAULT_RESAMPLES = 2_000
 _WORD = re.compile(r"(?u)\w+")
 
@@ -752,7 +757,7 @@ def judge_status(store, rec, metric: str, floor: Floor, *, label_set_version: st
                  ) -> tuple[str, str] | None:
     """("validated" | "unvalidated", why) for a judge metric of run ``rec``; None if no judge scored it. The
     reason names the record used (:func:`matching_validation`) or says none matched."""
-    judge = (rec.extra or {}).get("judge")
+    judge = (rec.extra or {}).get("claims_judge" if metric in CLAIM_METRICS else "judge")
     if not isinstance(judge, dict) or METRIC_KIND.get(metric) is None:
         return None
     record, n_found = matching_validation(store, judge, metric, label_set_version=label_set_version)

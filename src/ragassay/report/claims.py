@@ -81,7 +81,7 @@ def claims_html(data: Mapping) -> Markup:
     judges = "; ".join(f"{r['name']}: {r['judge_model']}, relevance {r['relevance']}, {r['items_classified']} of "
                        f"{r['items']} answers classified" for r in runs)
     return Markup(
-        "<section class=\"claims\"><h2>Claims</h2>"
+        "<section class=\"claims\" id=\"claims\"><h2>Claims</h2>"
         f"<p>{escape(judges)}</p>"
         f"{breakdown_svg(data)}"
         f"<table><thead><tr><th>metric</th>{head}</tr></thead><tbody>{rows}</tbody></table></section>")

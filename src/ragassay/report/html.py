@@ -30,6 +30,7 @@ from ragassay import fsio
 from ragassay.analysis.compare import lost_text
 from ragassay.errors import SchemaError
 from ragassay.report import analyses, fmt, include, svg
+from ragassay.report.claims import claims_html
 from ragassay.report.ppi import COLUMNS as PPI_COLUMNS
 from ragassay.report.ppi import ppi_rows
 
@@ -234,6 +235,8 @@ def build_context(data: Mapping) -> dict:
         raise _fail("parquet", f"must be a file name beside the page, got {parquet!r}",
                     "give the bare name, e.g. queries.parquet")
     ctx["parquet"] = parquet
+    # claims_html escapes every value itself and returns Markup
+    ctx["claims"] = claims_html(_mapping(data["claims"], "claims")) if "claims" in data else None
     queries = _queries_view(data, run_names) if "queries" in data else None
     ctx["queries"] = queries
     ctx["worst"] = _worst_view(data, queries) if "worst_regressions" in data else None
@@ -257,6 +260,7 @@ def build_context(data: Mapping) -> dict:
             ("attribution", "Attribution", "attribution"),
             ("ablation", "Ablation", "ablation"),
             ("judge-validation", "Judge validation", "judge_validation"),
+            ("claims", "Claims", "claims"),
             ("runs", "Runs & pins", "runs"),
             ("provenance", "Golden provenance", "provenance"),
             ("manifest", "Golden set", "manifest"),

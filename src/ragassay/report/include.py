@@ -16,7 +16,8 @@ match wins (docs/report.md):
 - ``analyze rerank-cost``: ``kind`` is ``"rerank-cost"``;
 - ``cost``: has ``runs``, ``projection`` and ``labelling``;
 - ``online judge`` / ``online gap`` / ``online promote``: ``kind`` is ``"online-judge"``, ``"online-gap"`` or
-  ``"ragassay online promote"``.
+  ``"ragassay online promote"``;
+- ``judge claims``: has ``breakdown``, ``judge`` and ``quote_not_found``.
 
 Every kind becomes the generic ``{"title", "tables": [{"title", "columns", "rows"}], "notes"}`` section (through
 the owning module's ``*_report_section`` function, with an adapter where that function has another shape), and
@@ -34,7 +35,7 @@ from ragassay.report import fmt
 from ragassay.report.analyses import labeller_heading
 
 _KNOWN = ("index-eval, embed-check, corpus check, parse, chunks, sweep, analyze attacks, analyze hygiene, "
-          "judge validate, analyze ablation, analyze rerank-cost, cost, online judge, online gap or online promote")
+          "judge validate, analyze ablation, analyze rerank-cost, cost, online judge, online gap, online promote or judge claims")
 _EMBED_KEYS = ("gap", "top1", "duplicates", "truncation", "drift")
 
 
@@ -341,6 +342,12 @@ def _online(name: str) -> Callable[[Mapping], dict]:
     return convert
 
 
+def _claims(d: Mapping) -> dict:
+    from ragassay.report.claims import claims_report_section
+
+    return claims_report_section(d)
+
+
 KINDS: tuple[tuple[str, Callable[[Mapping], bool], Callable[[Mapping], dict]], ...] = (
     ("index-eval", lambda d: "curve" in d and "operating_knob" in d, _index_eval),
     ("embed-check", lambda d: "curve" not in d and any(k in d for k in _EMBED_KEYS), _embed_check),
@@ -357,6 +364,7 @@ KINDS: tuple[tuple[str, Callable[[Mapping], bool], Callable[[Mapping], dict]], .
     ("online judge", lambda d: d.get("kind") == "online-judge", _online("judge_report_section")),
     ("online gap", lambda d: d.get("kind") == "online-gap", _online("gap_report_section")),
     ("online promote", lambda d: d.get("kind") == "ragassay online promote", _online("promote_report_section")),
+    ("judge claims", lambda d: all(k in d for k in ("breakdown", "judge", "quote_not_found")), _claims),
 )
 
 
