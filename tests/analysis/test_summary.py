@@ -91,4 +91,14 @@ def test_every_judge_metric_is_a_generate_stage_metric():
     from ragassay.analysis.summary import stage_of
     from ragassay.judges.validate import METRIC_KIND
 
-    assert {m: stage_of(m) for m in METRIC_KIND} == dict.fromkeys(METRIC_KIND, "generate")
+    # but RAGChecker's two retriever diagnostics, which grade the context the generator was handed
+    context = {"claim_recall", "context_precision_claims"}
+    assert {m: stage_of(m) for m in METRIC_KIND} == {m: "context" if m in context else "generate" for m in METRIC_KIND}
+
+
+def test_agent_metrics_are_the_agent_stage_after_generate():
+    from ragassay.analysis.summary import STAGES, stage_of
+    from ragassay.metrics.agent import AGENT_METRICS
+
+    assert STAGES[-2:] == ("generate", "agent")
+    assert {stage_of(m) for m in AGENT_METRICS} == {"agent"} and stage_of("hop_sufficiency@hop2") == "agent"

@@ -8,7 +8,13 @@ import math
 
 import numpy as np
 
-STAGES = ("retrieve", "rerank", "ranking", "context", "generate")
+from ragassay.metrics.agent import AGENT_METRICS
+from ragassay.metrics.claims import CLAIM_METRICS
+
+STAGES = ("retrieve", "rerank", "ranking", "context", "generate", "agent")
+# RAGChecker's retriever diagnostics grade the context the generator was handed; the other claim metrics grade
+# the answer
+_CONTEXT_CLAIMS = frozenset({"claim_recall", "context_precision_claims"})
 _GENERATE = {"answer_f1", "answer_em", "abstention_recall", "over_refusal", "refused", "error",
              "citation_validity",
              # judge metrics grade the answer, so they belong to the generate stage
@@ -17,13 +23,15 @@ _GENERATE = {"answer_f1", "answer_em", "abstention_recall", "over_refusal", "ref
 
 
 def stage_of(metric: str) -> str:
-    if metric in _GENERATE:
+    if metric in _GENERATE or (metric in CLAIM_METRICS and metric not in _CONTEXT_CLAIMS):
         return "generate"
+    if metric in AGENT_METRICS or metric.startswith("hop_sufficiency@"):
+        return "agent"
     if metric.startswith("rerank_") or metric.endswith("@final_k"):
         return "rerank"
     if metric.endswith("_depth"):
         return "retrieve"
-    if metric in ("recall@context", "context_tokens"):
+    if metric in ("recall@context", "context_tokens") or metric in _CONTEXT_CLAIMS:
         return "context"
     return "ranking"
 
