@@ -25,11 +25,16 @@ def print_agent_scoring(info: dict) -> None:
         console.print(f"  {line}", style="yellow", markup=False)
 
 
+def _usd(x: float) -> str:
+    # cents from ten cents up; below that, four decimals, so a run's $0.0120 and $0.0252 stay apart
+    return f"${x:,.2f}" if abs(x) >= 0.1 else f"${x:.4f}"
+
+
 def _fmt(name: str, x: float | None) -> str:
     if x is None:
         return "undefined"
     if name == "cost_per_resolved_task" or name == "agent_cost":
-        return f"${x:,.2f}"
+        return _usd(x)
     if name == "p95_wall_ms":
         return f"{x:,.0f} ms"
     if name in ("steps", "loops"):
@@ -41,7 +46,7 @@ def _fmt_delta(name: str, x: float | None) -> str:
     if x is None:
         return "undefined"
     if name in ("cost_per_resolved_task", "agent_cost"):
-        return f"{'+' if x >= 0 else '-'}${abs(x):,.2f}"
+        return f"{'+' if x >= 0 else '-'}{_usd(abs(x))}"
     if name == "p95_wall_ms":
         return f"{x:+,.0f} ms"
     if name in ("steps", "loops"):
