@@ -16,6 +16,8 @@ import functools
 import html
 import inspect
 import json
+import math
+import numbers
 import os
 import secrets
 import shutil
@@ -201,7 +203,8 @@ def _traces_home(store: Any, traces_dir: Any) -> Path:
 
 def evaluate(system: Any, *, golden: Any = None, corpus: Any = None, store: Any = DEFAULT_STORE,
              name: str | None = None, trials: int = 1, concurrency: int = 4, options: Any = None,
-             allow_pin_mismatch: bool = False, progress: bool = False, traces_dir: Any = None) -> Run:
+             allow_pin_mismatch: bool = False, progress: bool = False, traces_dir: Any = None,
+             verifier: Any = None, human_fix_cost: float | None = None) -> Run:
     """Score a system against a golden set, store the rows, and return the stored :class:`Run`.
 
     ``system`` is one of: a callable ``fn(question) -> str | dict | Trace`` (sync or ``async``; it runs
@@ -220,10 +223,19 @@ def evaluate(system: Any, *, golden: Any = None, corpus: Any = None, store: Any 
     per-query view read them; ``traces_dir`` defaults to :func:`default_traces_dir` of the store, and for an
     in-memory store to a temporary folder removed with the Store object. A trace file given as ``system``
     is the run's traces where it is, as for ``ragassay score`` (a ``traces_dir`` with it is refused).
+
+    Agent runs, as ``ragassay score --verifier V --human-fix-cost C``: traces that carry agent steps, or any
+    traces with a ``verifier``, also get the agent rows (:func:`ragassay.analysis.agent.score_agent_into_store`;
+    the counts in ``run.info["agent"]``). ``verifier`` is ``"module:function"`` or ``"file.py:function"`` (loaded
+    as ``--verifier`` loads it), a callable ``f(trace, item)`` or a
+    :class:`~ragassay.analysis.agent.PythonVerifier` / :class:`~ragassay.analysis.agent.CommandVerifier`;
+    ``human_fix_cost`` (USD per failed task fixed by hand) is pinned for :meth:`Run.agent_report`.
     """
     _check_evaluate_args(golden=golden, corpus=corpus, store=store, name=name, trials=trials,
                          concurrency=concurrency, options=options, allow_pin_mismatch=allow_pin_mismatch,
-                         progress=progress, traces_dir=traces_dir)
+                         progress=progress, traces_dir=traces_dir, verifier=verifier, human_fix_cost=human_fix_cost)
+    # a verifier that does not load is refused before anything runs, as `ragassay score` refuses it
+    agent = (_verifier(verifier), None if human_fix_cost is None else float(human_fix_cost))
     if isinstance(system, (str, Path)) and _is_trace_file(Path(system)):
         from ragassay.analysis.stream import reading_ahead
 
@@ -234,49 +246,88 @@ def evaluate(system: Any, *, golden: Any = None, corpus: Any = None, store: Any 
         # a trace file is read while the corpus and golden set load, as `ragassay score` reads it
         with reading_ahead(Path(system)) as ahead:
             return _evaluate(system, golden, corpus, store, name, trials, concurrency, options,
-                             allow_pin_mismatch, progress, ahead, None)
+                             allow_pin_mismatch, progress, ahead, None, agent)
     return _evaluate(system, golden, corpus, store, name, trials, concurrency, options, allow_pin_mismatch,
-                     progress, None, _traces_home(store, traces_dir))
+                     progress, None, _traces_home(store, traces_dir), agent)
 
 
 def _check_evaluate_args(*, golden, corpus, store, name, trials, concurrency, options, allow_pin_mismatch,
-                         progress, traces_dir) -> None:
+                         progress, traces_dir, verifier=None, human_fix_cost=None) -> None:
     """Every keyword argument of :func:`evaluate` has the type it documents, checked before anything is read,
     run or stored; one :class:`InputError` lists every problem, one line each."""
+    from ragassay.analysis.agent import CommandVerifier, PythonVerifier
     from ragassay.analysis.scoring import ScoringOptions
     from ragassay.corpus import Corpus
     from ragassay.golden import GoldenSet
     from ragassay.store import Store
 
-    def is_count(v: Any) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool) and v >= 1
-
-    def is_path(v: Any) -> bool:
-        return isinstance(v, (str, os.PathLike)) and str(v) != ""
-
     wanted = [
-        ("golden", golden, golden is None or is_path(golden) or isinstance(golden, GoldenSet),
+        ("golden", golden, golden is None or _is_path(golden) or isinstance(golden, GoldenSet),
          "a built golden-set folder, an authoring file, a GoldenSet, or None for the bundled set"),
-        ("corpus", corpus, corpus is None or is_path(corpus) or isinstance(corpus, Corpus),
+        ("corpus", corpus, corpus is None or _is_path(corpus) or isinstance(corpus, Corpus),
          "a corpus folder, a JSONL file, a Corpus, or None for the bundled corpus"),
-        ("store", store, (is_path(store) and not _is_memory(store)) or isinstance(store, Store),
+        ("store", store, (_is_path(store) and not _is_memory(store)) or isinstance(store, Store),
          "a DuckDB file path or an open Store (for an in-memory store, Store.open(':memory:'): a ':memory:' path "
          "would be gone when evaluate returns)"),
         ("name", name, name is None or (isinstance(name, str) and name.strip() != ""),
          "a non-empty run name, or None for the system's own"),
-        ("trials", trials, is_count(trials), "a positive integer (runs of each query)"),
-        ("concurrency", concurrency, is_count(concurrency), "a positive integer (calls at once)"),
+        ("trials", trials, _is_count(trials), "a positive integer (runs of each query)"),
+        ("concurrency", concurrency, _is_count(concurrency), "a positive integer (calls at once)"),
         ("options", options, options is None or isinstance(options, ScoringOptions),
          "a ragassay.analysis.scoring.ScoringOptions (hit rule, relevance threshold, gain, ties), or None for the "
          "golden set's manifest"),
         ("allow_pin_mismatch", allow_pin_mismatch, isinstance(allow_pin_mismatch, bool), "True or False"),
         ("progress", progress, isinstance(progress, bool), "True or False"),
-        ("traces_dir", traces_dir, traces_dir is None or is_path(traces_dir),
+        ("traces_dir", traces_dir, traces_dir is None or _is_path(traces_dir),
          "a folder path for the run's traces, or None for the folder beside the store"),
+        ("verifier", verifier, verifier is None or (isinstance(verifier, str) and verifier.strip() != "")
+         or isinstance(verifier, (PythonVerifier, CommandVerifier)) or callable(verifier),
+         "'module:function' or 'file.py:function', a callable f(trace, item), a PythonVerifier or CommandVerifier "
+         "(ragassay.analysis.agent), or None"),
+        ("human_fix_cost", human_fix_cost, human_fix_cost is None or _is_number(human_fix_cost, low=0),
+         "a cost >= 0 (USD per failed task fixed by hand), or None"),
     ]
+    _refuse(wanted)
+
+
+def _refuse(wanted: Sequence[tuple[str, Any, bool, str]]) -> None:
+    """One :class:`InputError` listing every ``(argument, value, ok, what to give)`` that is not ok, one line
+    each; nothing when all are."""
     problems = [f"{arg}={_short(value)}: give {want}" for arg, value, ok, want in wanted if not ok]
     if problems:
         raise InputError("\n".join(problems))
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_count(v: Any, low: int = 1) -> bool:
+    return _is_int(v) and v >= low
+
+
+def _is_path(v: Any) -> bool:
+    return isinstance(v, (str, os.PathLike)) and str(v) != ""
+
+
+def _is_number(v: Any, low: float | None = None) -> bool:
+    """A finite real number (not a bool), at least ``low`` when given."""
+    return (isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+            and (low is None or v >= low))
+
+
+def _verifier(verifier: Any):
+    """The verifier ``evaluate`` was given, as ``ragassay score --verifier`` resolves it (None: none)."""
+    if verifier is None:
+        return None
+    from ragassay.analysis.agent import CommandVerifier, PythonVerifier, load_verifier
+
+    if isinstance(verifier, (PythonVerifier, CommandVerifier)):
+        return verifier
+    if isinstance(verifier, str):
+        return load_verifier(verifier)
+    spec = f"{getattr(verifier, '__module__', None) or '?'}:{getattr(verifier, '__qualname__', repr(verifier))}"
+    return PythonVerifier(verifier, spec)
 
 
 def _short(value: Any) -> str:
@@ -294,9 +345,10 @@ def _is_trace_file(path: Path) -> bool:
 
 
 def _evaluate(system, golden, corpus, store, name, trials, concurrency, options, allow_pin_mismatch, progress,
-              read_ahead, traces_home: Path | None) -> Run:
+              read_ahead, traces_home: Path | None, agent: tuple = (None, None)) -> Run:
     """Score ``system`` into ``store``; traces made here are kept in ``traces_home`` (None: a trace file,
-    already on disk, is read where it is)."""
+    already on disk, is read where it is). ``agent`` is (verifier, human fix cost): the agent rows are added
+    as ``ragassay score`` adds them."""
     from ragassay._progress import scoring_bar
     from ragassay.analysis.runner import score_traces_into_store
 
@@ -326,6 +378,7 @@ def _evaluate(system, golden, corpus, store, name, trials, concurrency, options,
             run_id, info = score_traces_into_store(st, path, corp, gs, options=options, name=name,
                                                    allow_pin_mismatch=allow_pin_mismatch,
                                                    read_ahead=read_ahead, progress=tick)
+            _score_agent(st, run_id, path, gs, info, *agent)
             if read_ahead is None:
                 _keep(st, run_id, path, traces_home)
             rec = st.get_run(run_id)
@@ -334,6 +387,16 @@ def _evaluate(system, golden, corpus, store, name, trials, concurrency, options,
             path.unlink(missing_ok=True)  # scored and kept (moved away), or refused: nothing half-done stays
     info["adapter_problems"] = [f"{p.line}: {p.message}" for p in adapter_problems]
     return Run(rec, store, info, golden=gs, corpus=corp)
+
+
+def _score_agent(st, run_id: str, path: Path, gs, info: dict, verifier, human_fix_cost) -> None:
+    """The run's agent rows, when its traces carry steps or a verifier is given (``ragassay score``'s step
+    after scoring), their counts in ``info["agent"]``."""
+    from ragassay.analysis.agent import score_agent_into_store
+
+    got = score_agent_into_store(st, run_id, path, gs, verifier, human_fix_cost=human_fix_cost)
+    if got is not None:
+        info["agent"] = got
 
 
 def _write_pending(folder: Path, header, traces) -> Path:
@@ -454,27 +517,32 @@ class Run:
 
     def compare(self, other: Run | str, *, metrics: Sequence[str] | None = None, min_effect: Any = None,
                 n_resamples: int = 10_000, seed: int = 0, rebaseline: bool = False,
-                strata: bool = True, missing_as_worst: Sequence[str] = ()) -> Comparison:
+                strata: bool = True, missing_as_worst: Sequence[str] = (), labels: Any = None) -> Comparison:
         """Paired comparison with this run as the baseline and ``other`` as the candidate (``ragassay
         compare``): deltas, bootstrap CIs, W/L/T, MDE, BH-adjusted p, claim sentences and the coverage (pairs
         lost per metric, each side's outcome mix, the paired error and refusal rates). ``metrics`` may be
         spelled as ir_measures or trec_eval spell them (``nDCG@final_k``); ``missing_as_worst`` names metrics
-        whose one-sided undefined pairs score as the worst value."""
+        whose one-sided undefined pairs score as the worst value. ``labels`` (``compare --labels``): a PPI labels
+        file or loaded :class:`~ragassay.analysis.ppi.PPILabels`; each judge metric it covers gets its
+        PPI-corrected difference in :attr:`Comparison.ppi`."""
         from ragassay.analysis.compare import DEFAULT_MIN_EFFECT, compare_runs
         from ragassay.metrics.names import canonical_name
 
+        ppi_labels = _ppi_labels(labels)  # read and checked before the store is opened, as the CLI does
         with _open(self.store, read_only=True) as st:
             comp = compare_runs(st, self.run_id, _ref(other),
                                 metrics=[canonical_name(m) for m in metrics] if metrics else None,
                                 min_effect=DEFAULT_MIN_EFFECT if min_effect is None else min_effect,
                                 n_resamples=n_resamples, seed=seed, rebaseline=rebaseline, strata=strata,
-                                missing_worst=[canonical_name(m) for m in missing_as_worst])
+                                missing_worst=[canonical_name(m) for m in missing_as_worst], labels=ppi_labels)
         return Comparison(comp)
 
-    def gate(self, other: Run | str, policy: Any = None, *, rebaseline: bool = False):
+    def gate(self, other: Run | str, policy: Any = None, *, rebaseline: bool = False, labels: Any = None):
         """PASS / WARN / FAIL of ``other`` against this run (``ragassay gate``); ``policy`` is a YAML path, a
         :class:`~ragassay.analysis.gate.GatePolicy`, a dict of its fields, or None for the built-in policy.
-        The result's ``exit_code`` is the CLI's (1 on FAIL)."""
+        The result's ``exit_code`` is the CLI's (1 on FAIL). ``labels`` (``gate --labels``, as for
+        :meth:`compare`): a gated judge metric they cover is decided on its PPI-corrected difference; the
+        corrected entries are ``result.comparison.ppi``."""
         from ragassay.analysis.gate import GatePolicy, load_policy, run_gate
 
         if isinstance(policy, dict):
@@ -486,19 +554,33 @@ class Run:
             pol = policy
         else:
             pol = load_policy(policy)
+        ppi_labels = _ppi_labels(labels)
         with _open(self.store, read_only=True) as st:
-            return run_gate(st, self.run_id, _ref(other), pol, rebaseline=rebaseline)
+            return run_gate(st, self.run_id, _ref(other), pol, rebaseline=rebaseline, labels=ppi_labels)
 
     def report(self, path: str | Path, *others: Run | str, golden: Any = None, corpus: Any = None,
-               n_resamples: int = 10_000) -> Path:
+               n_resamples: int = 10_000, labels: Any = None, include: Any = ()) -> Path:
         """Write the self-contained HTML report of this run (the baseline) and ``others`` to folder
         ``path``, as ``ragassay report`` does; returns the path of ``index.html``. ``golden`` and ``corpus``
         default to the ones :func:`evaluate` scored this run on, else to the bundled ones; each run's traces
-        are read from the folder recorded with it (the per-query view)."""
+        are read from the folder recorded with it (the per-query view). ``labels`` (``report --labels``, with
+        at least one other run): each comparison shows the PPI-corrected difference of the judge metrics they
+        cover. ``include`` (``report --include``, one path or several): saved ``--json`` outputs added as
+        sections, their kind read from their keys (docs/report.md)."""
         from ragassay.analysis.compare import compare_runs
         from ragassay.analysis.report_data import build_report_data
         from ragassay.report import render_report
+        from ragassay.report.include import load_include
 
+        files = [include] if _is_path(include) else include
+        _refuse([("include", include, isinstance(files, (list, tuple)) and all(_is_path(f) for f in files),
+                  "a saved --json file's path, or a list of them (docs/report.md)")])
+        if labels is not None and not others:
+            raise InputError("labels= corrects the comparisons' judge metrics: give another run to compare with "
+                             "(or use Run.ppi(labels, metric) for one run)")
+        ppi_labels = _ppi_labels(labels)
+        # read before the runs are compared, as `ragassay report` reads them: a bad file fails first
+        included = [load_include(f) for f in files]
         corp = _corpus(corpus if corpus is not None else self.corpus)
         gs = _golden(golden if golden is not None else self.golden, corp)
         with _open(self.store, read_only=True) as st:
@@ -508,10 +590,133 @@ class Run:
             if wrong:
                 raise InputError(f"run(s) {', '.join(wrong)} were scored on another golden set or corpus; pass "
                                  f"the golden= and corpus= they were scored with")
-            comps = [compare_runs(st, recs[0].run_id, r.run_id, n_resamples=n_resamples) for r in recs[1:]]
+            comps = [compare_runs(st, recs[0].run_id, r.run_id, n_resamples=n_resamples, labels=ppi_labels)
+                     for r in recs[1:]]
             data = build_report_data(st, [r.run_id for r in recs], gs, corp, comparisons=comps,
                                      title=f"ragassay report: {', '.join(r.name for r in recs)}")
+            if included:
+                data["includes"] = included
             return render_report(data, Path(path))
+
+    def ppi(self, labels: Any, metric: str, against: Run | str | None = None, *, lam: Any = "tuned",
+            confidence: float = 0.95) -> dict:
+        """``ragassay judge ppi``'s figures: the judge metric ``metric``'s mean of this run corrected by the human
+        ``labels`` of a random subsample of its answers (:func:`ragassay.analysis.ppi.run_ppi`), or with
+        ``against`` the corrected paired difference ``against`` minus this run
+        (:func:`~ragassay.analysis.ppi.paired_ppi`). ``labels`` is a labels JSONL path or a loaded
+        :class:`~ragassay.analysis.ppi.PPILabels`; ``lam`` is ``"tuned"`` (PPI++, ``--method tuned``),
+        ``"ppi"`` (lam = 1, ``--method ppi``) or a fixed number in [0, 1]. See docs/ppi.md."""
+        from ragassay.analysis.ppi import paired_ppi, run_ppi
+        from ragassay.metrics.names import canonical_name
+
+        _refuse([
+            ("labels", labels, labels is not None, "a PPI labels JSONL path or a PPILabels (docs/ppi.md)"),
+            ("metric", metric, isinstance(metric, str) and metric.strip() != "",
+             "the judge metric's name (faithfulness, answer_relevance, correctness, ...)"),
+            ("against", against, against is None or isinstance(against, Run)
+             or (isinstance(against, str) and against != ""), "a Run, a run id, prefix or name, or None"),
+            ("lam", lam, lam in ("tuned", "ppi") or _is_number(lam, low=0) and lam <= 1,
+             "'tuned' (PPI++), 'ppi' (lam = 1) or a number in [0, 1]"),
+            ("confidence", confidence, _is_number(confidence) and 0 < confidence < 1, "a number in (0, 1), e.g. 0.95"),
+        ])
+        got = _ppi_labels(labels)
+        name = canonical_name(metric)
+        with _open(self.store, read_only=True) as st:
+            if against is None:
+                return run_ppi(st, self.run_id, got, name, lam=lam, confidence=confidence)
+            return paired_ppi(st, self.run_id, _ref(against), got, name, lam=lam, confidence=confidence)
+
+    def agent_report(self, *others: Run | str, human_fix_cost: float | None = None, n_resamples: int = 2000,
+                     seed: int = 0, confidence: float = 0.95) -> dict:
+        """The dict ``ragassay agent report RUN [OTHER] --json`` prints (:func:`ragassay.analysis.agent.agent_report`):
+        task success, partial credit, silent failures, cost per resolved task, p95 wall-clock and per-hop
+        sufficiency with bootstrap intervals, the trajectory diagnostics apart; with one other run, the paired
+        deltas (other minus this run). ``human_fix_cost`` None takes the value pinned at scoring, else 0."""
+        from ragassay.analysis.agent import agent_report
+
+        _refuse([
+            ("others", others, len(others) <= 1 and all(isinstance(o, (Run, str)) for o in others),
+             "at most one other run (a Run or a run id, prefix or name) to compare with"),
+            ("human_fix_cost", human_fix_cost, human_fix_cost is None or _is_number(human_fix_cost, low=0),
+             "a cost >= 0 (USD per failed task fixed by hand), or None for the value pinned at scoring"),
+            ("n_resamples", n_resamples, _is_count(n_resamples, low=100), "an integer >= 100 (bootstrap resamples)"),
+            ("seed", seed, _is_count(seed, low=0), "an integer >= 0"),
+            ("confidence", confidence, _is_number(confidence) and 0 < confidence < 1, "a number in (0, 1), e.g. 0.95"),
+        ])
+        with _open(self.store, read_only=True) as st:
+            return agent_report(st, [self.run_id, *(_ref(o) for o in others)],
+                                human_fix_cost=None if human_fix_cost is None else float(human_fix_cost),
+                                n_resamples=n_resamples, seed=seed, confidence=confidence)
+
+    def claims_breakdown(self, *others: Run | str) -> dict:
+        """Per run judged for claims (this one, then ``others``): the five-way breakdown of its response claims
+        (counts and shares) and the mean, defined and undefined count of each of the eleven claim metrics, as
+        the report's Claims section shows them (:func:`ragassay.analysis.claims_diff.claim_breakdowns`).
+        A run not judged for claims is refused with the command to run."""
+        from ragassay.analysis.claims_diff import claim_breakdowns
+
+        _refuse([("others", others, all(isinstance(o, (Run, str)) for o in others),
+                  "Runs or run ids, prefixes or names")])
+        with _open(self.store, read_only=True) as st:
+            return claim_breakdowns(st, [self.run_id, *(_ref(o) for o in others)])
+
+    def claims_diff(self, other: Run | str, *, excerpt: int = 160) -> dict:
+        """The claim-by-claim diff of this run (A) and ``other`` (B): what ``ragassay analyze claims A B --json``
+        prints (:func:`ragassay.analysis.claims_diff.claims_diff`); ``excerpt`` characters of supporting text
+        per claim (>= 10)."""
+        from ragassay.analysis.claims_diff import claims_diff
+
+        _refuse([("other", other, isinstance(other, Run) or (isinstance(other, str) and other != ""),
+                  "a Run or a run id, prefix or name"),
+                 ("excerpt", excerpt, _is_count(excerpt, low=10), "an integer >= 10 (characters per claim)")])
+        with _open(self.store, read_only=True) as st:
+            return claims_diff(st, self.run_id, _ref(other), excerpt_chars=excerpt)
+
+    def cost(self, judge: Any = None, project: bool = False, *, tiers: Any = None, tier: str | None = None,
+             runs_per_month: int | None = None, labelling_hours: float | None = None,
+             hourly_rate: float | None = None, output_tokens: int | None = None,
+             min_cached_prefix: int | None = None, golden: Any = None, corpus: Any = None) -> dict:
+        """The dict ``ragassay cost RUN --json`` prints for this run (:mod:`ragassay.analysis.eval_cost`): judge
+        calls, tokens, spend as paid, the same calls priced sync vs batch with and without the cached prefix
+        (at the prices of the ``judge`` config), deterministic-first share, the monthly projection over tier
+        ``tier`` of the ``tiers`` file (``runs_per_month``), labelling cost (hours x rate); with ``project``,
+        what judging the run's answers with the ``judge`` LLM config would cost (``output_tokens``,
+        ``min_cached_prefix``; the prompts rendered from the run's traces with ``golden`` and ``corpus``, by
+        default the ones :func:`evaluate` scored it on, else the bundled ones). The same checks as the CLI's,
+        with the arguments named as here."""
+        from ragassay.analysis.eval_cost import cost_request, eval_cost_report
+
+        _refuse([
+            ("judge", judge, judge is None or _is_path(judge), "a judge config YAML path, or None"),
+            ("project", project, isinstance(project, bool), "True or False"),
+            ("tiers", tiers, tiers is None or _is_path(tiers),
+             "a tier file path (ragassay golden status --tiers-out), or None"),
+            ("tier", tier, tier is None or (isinstance(tier, str) and tier != ""), "a tier name, or None"),
+            ("runs_per_month", runs_per_month, runs_per_month is None or _is_int(runs_per_month),
+             "a whole number, or None"),
+            ("labelling_hours", labelling_hours, labelling_hours is None or _is_number(labelling_hours),
+             "a number of hours, or None"),
+            ("hourly_rate", hourly_rate, hourly_rate is None or _is_number(hourly_rate), "USD per hour, or None"),
+            ("output_tokens", output_tokens, output_tokens is None or _is_int(output_tokens),
+             "a whole number of tokens, or None"),
+            ("min_cached_prefix", min_cached_prefix,
+             min_cached_prefix is None or _is_int(min_cached_prefix), "a whole number of tokens, or None"),
+            ("golden", golden, golden is None or _is_path(golden) or _is_loaded(golden, "golden"),
+             "a built golden-set folder, an authoring file, a GoldenSet, or None"),
+            ("corpus", corpus, corpus is None or _is_path(corpus) or _is_loaded(corpus, "corpus"),
+             "a corpus folder, a JSONL file, a Corpus, or None"),
+        ])
+
+        def inputs():
+            corp = _corpus(corpus if corpus is not None else self.corpus)
+            return corp, _golden(golden if golden is not None else self.golden, corp)
+
+        request = cost_request(judge=judge, tiers=tiers, tier=tier, runs_per_month=runs_per_month,
+                               labelling_hours=labelling_hours, hourly_rate=hourly_rate, project=project,
+                               output_tokens=output_tokens, min_cached_prefix=min_cached_prefix, golden=golden,
+                               corpus=corpus, inputs=inputs, spell=_arg)
+        with _open(self.store, read_only=True) as st:
+            return eval_cost_report(st, [self.run_id], request)
 
     def _repr_html_(self) -> str:
         from ragassay.analysis.compare import number_text as _num
@@ -528,6 +733,32 @@ def _ref(other: Run | str) -> str:
     return other.run_id if isinstance(other, Run) else str(other)
 
 
+def _ppi_labels(labels: Any):
+    """A PPI labels file read and checked (``load_ppi_labels``), a loaded ``PPILabels`` as it is, None as None."""
+    from ragassay.analysis.ppi import PPILabels, load_ppi_labels
+
+    if labels is None or isinstance(labels, PPILabels):
+        return labels
+    _refuse([("labels", labels, _is_path(labels),
+              "a PPI labels JSONL path, a ragassay.analysis.ppi.PPILabels, or None (docs/ppi.md)")])
+    return load_ppi_labels(labels)
+
+
+def _is_loaded(value: Any, kind: str) -> bool:
+    from ragassay.corpus import Corpus
+    from ragassay.golden import GoldenSet
+
+    return isinstance(value, GoldenSet if kind == "golden" else Corpus)
+
+
+_NAMED = object()
+
+
+def _arg(name: str, value: Any = _NAMED) -> str:
+    """An argument as the Python API names it in a message: ``runs_per_month=0``, ``project=True``."""
+    return name if value is _NAMED else f"{name}={value!r}"
+
+
 @dataclass
 class Comparison:
     """A paired comparison (:class:`ragassay.analysis.compare.Comparison`) with notebook and Markdown views."""
@@ -541,6 +772,12 @@ class Comparison:
     @property
     def claims(self) -> list[str]:
         return self.result.claims
+
+    @property
+    def ppi(self) -> list[dict]:
+        """The PPI-corrected difference of each judge metric the ``labels`` cover (:func:`ragassay.analysis.ppi.
+        paired_ppi`'s dicts, as ``compare --labels --json`` prints them under ``ppi``); empty without labels."""
+        return self.result.ppi
 
     @property
     def coverage(self) -> dict:

@@ -624,6 +624,114 @@ def cost_report(runs: Sequence[RunCost], projection: Projection | None, labellin
             "labelling": {**_scenario(labelling), "basis": "hours x hourly rate, per month"}}
 
 
-__all__ = ["DEFAULT_MIN_CACHED_PREFIX", "DEFAULT_OUTPUT_TOKENS", "PROJECTED", "SCENARIOS", "JudgingProjection",
-           "PlannedCall", "Projection", "RunCost", "Scenario", "Tier", "cost_report", "kinds_of", "labelling_cost",
-           "load_tier", "plan_calls", "price_calls", "project_items", "project_judging", "run_cost"]
+# ------------------------------------------------------------------------------ `ragassay cost`, assembled
+# The one assembly of `ragassay cost` and `Run.cost`: the arguments checked (each caller names its own
+# arguments through ``spell``), the files read, then the report from an open store.
+DEFAULT_TIER = "regression"
+DEFAULT_RUNS_PER_MONTH = 30
+_UNSET = object()
+
+
+def cli_flag(name: str, value: Any = _UNSET) -> str:
+    """An argument as the command line spells it: ``--runs-per-month 0``, ``--project``."""
+    flag = "--" + name.replace("_", "-")
+    return flag if value is _UNSET or value is True else f"{flag} {value}"
+
+
+@dataclass(frozen=True)
+class CostRequest:
+    """What ``ragassay cost`` was asked, checked and read: the judge config and its prices (None without
+    ``judge``), the monthly projection, the labelling cost, and for a judging projection the (corpus,
+    golden set) and its token settings."""
+
+    judge_config: str | None
+    cfg: Any
+    prices: Mapping[str, Price] | None
+    projection: Projection | None
+    labelling: Scenario
+    inputs: tuple | None
+    output_tokens: int | None
+    min_cached_prefix: int
+
+
+def cost_request(*, judge: str | Path | None = None, tiers: str | Path | None = None, tier: str | None = None,
+                 runs_per_month: int | None = None, labelling_hours: float | None = None,
+                 hourly_rate: float | None = None, project: bool = False, output_tokens: int | None = None,
+                 min_cached_prefix: int | None = None, golden: Any = None, corpus: Any = None,
+                 inputs: Any = None, spell=cli_flag) -> CostRequest:
+    """Check ``ragassay cost``'s arguments (every problem at once, one line each, named by ``spell(name,
+    value)``), then read the judge config, the tier file and, with ``project``, the corpus and golden set
+    (``load_inputs(corpus, golden)``, or ``inputs()`` when the caller has its own way to get them)."""
+    problems = []
+    if tiers is None and tier is not None:
+        problems.append(f"{spell('tier')} needs {spell('tiers', 'TIERS.yaml')} (written by `ragassay golden status "
+                        "--tiers-out`)")
+    if tiers is None and runs_per_month is not None:
+        problems.append(f"{spell('runs_per_month')} needs {spell('tiers', 'TIERS.yaml')} (written by `ragassay golden "
+                        "status --tiers-out`)")
+    if runs_per_month is not None and runs_per_month < 1:
+        problems.append(f"{spell('runs_per_month', runs_per_month)}: give a whole number >= 1")
+    if (labelling_hours is None) != (hourly_rate is None):
+        problems.append(f"{spell('labelling_hours')} and {spell('hourly_rate')} go together: labelling cost = hours "
+                        "x rate")
+    for name, v in (("labelling_hours", labelling_hours), ("hourly_rate", hourly_rate)):
+        if v is not None and not (math.isfinite(v) and v >= 0):
+            problems.append(f"{spell(name, v)}: give a number >= 0")
+    if project and judge is None:
+        problems.append(f"{spell('project', True)} needs {spell('judge', 'JUDGE.yaml')}: the LLM judge whose prompts "
+                        "and prices to project (for example examples/judges/claude-sonnet-5.yaml)")
+    for name, v in (("output_tokens", output_tokens), ("min_cached_prefix", min_cached_prefix),
+                    ("golden", golden), ("corpus", corpus)):
+        if v is not None and not project:
+            problems.append(f"{spell(name)} shapes the projection: add {spell('project', True)} (and "
+                            f"{spell('judge', 'JUDGE.yaml')})")
+    if output_tokens is not None and output_tokens < 1:
+        problems.append(f"{spell('output_tokens', output_tokens)}: give a whole number >= 1")
+    if min_cached_prefix is not None and min_cached_prefix < 0:
+        problems.append(f"{spell('min_cached_prefix', min_cached_prefix)}: give a whole number >= 0")
+    if problems:
+        raise InputError("\n".join(problems))
+    labelling = labelling_cost(labelling_hours, hourly_rate)
+    projection = None
+    if tiers is not None:
+        projection = Projection(load_tier(tiers, tier or DEFAULT_TIER), runs_per_month or DEFAULT_RUNS_PER_MONTH)
+    prices = cfg = None
+    if judge is not None:
+        from ragassay.judges.config import load_judge_config
+
+        cfg = load_judge_config(judge)
+        prices = price_table(cfg.prices, where=f"{judge}: prices")
+        if project and cfg.provider == "local":
+            raise InputError(f"{judge}: a local judge makes no call, so there is nothing to project; pass an LLM "
+                             "judge config (provider anthropic or openai, with prices), for example "
+                             "examples/judges/claude-sonnet-5.yaml")
+    got = None
+    if project:
+        if inputs is not None:
+            got = inputs()
+        else:
+            from ragassay.analysis.runner import load_inputs
+
+            got = load_inputs(corpus, golden)
+    return CostRequest(None if judge is None else str(judge), cfg, prices, projection, labelling, got,
+                       output_tokens, DEFAULT_MIN_CACHED_PREFIX if min_cached_prefix is None else min_cached_prefix)
+
+
+def eval_cost_report(store, runs: Sequence[str], request: CostRequest) -> dict[str, Any]:
+    """The dict ``ragassay cost RUNS --json`` prints: :func:`run_cost` of each run at the request's prices,
+    with its judging projection when asked (:func:`project_judging`), through :func:`cost_report`."""
+    costs = [run_cost(store, ref, request.prices, request.judge_config) for ref in runs]
+    projected = None
+    if request.inputs is not None:
+        corp, gs = request.inputs
+        projected = [project_judging(store, c.run_id, request.cfg, request.judge_config, gs, corp,
+                                     output_tokens=request.output_tokens,
+                                     min_cached_prefix=request.min_cached_prefix) for c in costs]
+    return cost_report(costs, request.projection, request.labelling, projected)
+
+
+__all__ = ["DEFAULT_MIN_CACHED_PREFIX", "DEFAULT_OUTPUT_TOKENS", "DEFAULT_RUNS_PER_MONTH", "DEFAULT_TIER",
+           "PROJECTED", "SCENARIOS", "CostRequest", "JudgingProjection", "PlannedCall", "Projection", "RunCost",
+           "Scenario", "Tier", "cli_flag", "cost_report", "cost_request", "eval_cost_report", "kinds_of",
+           "labelling_cost", "load_tier", "plan_calls", "price_calls", "project_items", "project_judging",
+           "run_cost"]

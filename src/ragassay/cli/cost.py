@@ -11,11 +11,10 @@ from pathlib import Path
 import typer
 
 from ragassay.cli.common import console, esc, print_json
-from ragassay.errors import InputError
 
+# Equal to ragassay.analysis.eval_cost's (tests check); this module imports no analysis when it loads.
 DEFAULT_TIER = "regression"
 DEFAULT_RUNS_PER_MONTH = 30
-# Equal to ragassay.analysis.eval_cost's (a test checks); this module imports no analysis when it loads.
 DEFAULT_OUTPUT_TOKENS = 150
 DEFAULT_MIN_CACHED_PREFIX = 1024
 
@@ -140,66 +139,16 @@ def cost(
     """The eval layer's own cost per run: calls, tokens, cache hits, spend as paid, the same calls sync vs
     batch with and without the cached prefix, deterministic-first share, monthly projection, labelling. With
     --project: what judging the runs' answers with the --judge LLM config would cost, labelled projected."""
-    from ragassay.analysis.eval_cost import Projection, cost_report, labelling_cost, load_tier, run_cost
+    from ragassay.analysis.eval_cost import cost_request, eval_cost_report
     from ragassay.store import Store
 
-    problems = []
-    if tiers is None and tier is not None:
-        problems.append("--tier needs --tiers TIERS.yaml (written by `ragassay golden status --tiers-out`)")
-    if tiers is None and runs_per_month is not None:
-        problems.append("--runs-per-month needs --tiers TIERS.yaml (written by `ragassay golden status "
-                        "--tiers-out`)")
-    if runs_per_month is not None and runs_per_month < 1:
-        problems.append(f"--runs-per-month {runs_per_month}: give a whole number >= 1")
-    if (labelling_hours is None) != (hourly_rate is None):
-        problems.append("--labelling-hours and --hourly-rate go together: labelling cost = hours x rate")
-    for flag, v in (("--labelling-hours", labelling_hours), ("--hourly-rate", hourly_rate)):
-        if v is not None and not v >= 0:
-            problems.append(f"--{flag.lstrip('-')} {v}: give a number >= 0")
-    if project and judge is None:
-        problems.append("--project needs --judge JUDGE.yaml: the LLM judge whose prompts and prices to project "
-                        "(for example examples/judges/claude-sonnet-5.yaml)")
-    for flag, v in (("--output-tokens", output_tokens), ("--min-cached-prefix", min_cached_prefix),
-                    ("--golden", golden), ("--corpus", corpus)):
-        if v is not None and not project:
-            problems.append(f"{flag} shapes the projection: add --project (and --judge JUDGE.yaml)")
-    if output_tokens is not None and output_tokens < 1:
-        problems.append(f"--output-tokens {output_tokens}: give a whole number >= 1")
-    if min_cached_prefix is not None and min_cached_prefix < 0:
-        problems.append(f"--min-cached-prefix {min_cached_prefix}: give a whole number >= 0")
-    if problems:
-        raise InputError("\n".join(problems))
-    labelling = labelling_cost(labelling_hours, hourly_rate)
-    projection = None
-    if tiers is not None:
-        projection = Projection(load_tier(tiers, tier or DEFAULT_TIER), runs_per_month or DEFAULT_RUNS_PER_MONTH)
-    prices = cfg = None
-    if judge is not None:
-        from ragassay.judges.config import load_judge_config
-        from ragassay.judges.providers import price_table
-
-        cfg = load_judge_config(judge)
-        prices = price_table(cfg.prices, where=f"{judge}: prices")
-        if project and cfg.provider == "local":
-            raise InputError(f"{judge}: a local judge makes no call, so there is nothing to project; pass an LLM "
-                             "judge config (provider anthropic or openai, with prices), for example "
-                             "examples/judges/claude-sonnet-5.yaml")
-    inputs = None
-    if project:
-        from ragassay.analysis.runner import load_inputs
-
-        inputs = load_inputs(corpus, golden)
+    # the checks, the files and the report are analysis.eval_cost's, shared with the Python API's Run.cost
+    request = cost_request(judge=judge, tiers=tiers, tier=tier, runs_per_month=runs_per_month,
+                           labelling_hours=labelling_hours, hourly_rate=hourly_rate, project=project,
+                           output_tokens=output_tokens, min_cached_prefix=min_cached_prefix, golden=golden,
+                           corpus=corpus)
     with Store.open(store, read_only=True) as st:
-        costs = [run_cost(st, ref, prices, None if judge is None else str(judge)) for ref in runs]
-        projected = None
-        if inputs is not None:
-            from ragassay.analysis.eval_cost import project_judging
-
-            corp, gs = inputs
-            prefix = DEFAULT_MIN_CACHED_PREFIX if min_cached_prefix is None else min_cached_prefix
-            projected = [project_judging(st, c.run_id, cfg, str(judge), gs, corp, output_tokens=output_tokens,
-                                         min_cached_prefix=prefix) for c in costs]
-    rep = cost_report(costs, projection, labelling, projected)
+        rep = eval_cost_report(st, runs, request)
     if json_out:
         print_json(rep)
         return
