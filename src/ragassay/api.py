@@ -566,37 +566,20 @@ class Run:
         are read from the folder recorded with it (the per-query view). ``labels`` (``report --labels``, with
         at least one other run): each comparison shows the PPI-corrected difference of the judge metrics they
         cover. ``include`` (``report --include``, one path or several): saved ``--json`` outputs added as
-        sections, their kind read from their keys (docs/report.md)."""
-        from ragassay.analysis.compare import compare_runs
-        from ragassay.analysis.report_data import build_report_data
-        from ragassay.report import render_report
-        from ragassay.report.include import load_include
-
+        sections, their kind read from their keys (docs/report.md). The page and its ``queries.parquet`` are
+        :func:`write_report`'s, the body ``ragassay report`` runs."""
         files = [include] if _is_path(include) else include
         _refuse([("include", include, isinstance(files, (list, tuple)) and all(_is_path(f) for f in files),
                   "a saved --json file's path, or a list of them (docs/report.md)")])
         if labels is not None and not others:
             raise InputError("labels= corrects the comparisons' judge metrics: give another run to compare with "
                              "(or use Run.ppi(labels, metric) for one run)")
-        ppi_labels = _ppi_labels(labels)
-        # read before the runs are compared, as `ragassay report` reads them: a bad file fails first
-        included = [load_include(f) for f in files]
         corp = _corpus(corpus if corpus is not None else self.corpus)
         gs = _golden(golden if golden is not None else self.golden, corp)
-        with _open(self.store, read_only=True) as st:
-            recs = [self.record] + [st.get_run(_ref(o)) for o in others]
-            wrong = [r.name for r in recs if r.dataset_version != gs.dataset_version
-                     or r.corpus_digest != corp.digest]
-            if wrong:
-                raise InputError(f"run(s) {', '.join(wrong)} were scored on another golden set or corpus; pass "
-                                 f"the golden= and corpus= they were scored with")
-            comps = [compare_runs(st, recs[0].run_id, r.run_id, n_resamples=n_resamples, labels=ppi_labels)
-                     for r in recs[1:]]
-            data = build_report_data(st, [r.run_id for r in recs], gs, corp, comparisons=comps,
-                                     title=f"ragassay report: {', '.join(r.name for r in recs)}")
-            if included:
-                data["includes"] = included
-            return render_report(data, Path(path))
+        given = golden is not None or self.golden is not None
+        return write_report(self.store, [self.run_id, *(_ref(o) for o in others)], path,
+                            inputs=lambda: (corp, gs), given=given, resamples=n_resamples, labels=labels,
+                            include=files).path
 
     def ppi(self, labels: Any, metric: str, against: Run | str | None = None, *, lam: Any = "tuned",
             confidence: float = 0.95) -> dict:
@@ -731,6 +714,108 @@ class Run:
 
 def _ref(other: Run | str) -> str:
     return other.run_id if isinstance(other, Run) else str(other)
+
+
+def check_inputs_match_runs(recs, golden, corpus, *, given: bool) -> None:
+    """The golden set and corpus must be the ones every run was scored against (their pins); a report that
+    puts one set's questions beside another set's scores would be silently wrong."""
+    wrong = [r for r in recs if r.dataset_version != golden.dataset_version or r.corpus_digest != corpus.digest]
+    if not wrong:
+        return
+    lines = [f"run {r.name} ({r.run_id[:10]}…) was scored on dataset {r.dataset_version} / corpus "
+             f"{r.corpus_digest}" for r in wrong]
+    if given:
+        head = (f"the golden set and corpus given are dataset {golden.dataset_version} / corpus {corpus.digest}, "
+                f"not the ones the runs were scored on")
+        fix = "pass the --golden and --corpus the runs were scored with (golden= and corpus= in Python)"
+    else:
+        head = (f"runs were scored on dataset {wrong[0].dataset_version} / corpus {wrong[0].corpus_digest}, not "
+                f"the bundled set (dataset {golden.dataset_version} / corpus {corpus.digest})")
+        fix = "pass --golden and --corpus (golden= and corpus= in Python)"
+    raise InputError("\n".join([head, *lines, fix]))
+
+
+@dataclass(frozen=True)
+class WrittenReport:
+    """What :func:`write_report` wrote: the page, the per-query Parquet file, the runs and the page's warnings."""
+
+    path: Path
+    parquet: Path
+    run_ids: list[str]
+    warnings: list[str]
+
+
+def write_report(store: Any, runs: Sequence[str], out: str | Path, *, inputs: Callable[[], tuple[Any, Any]],
+                 given: bool, traces_dir: Any = None, resamples: int = 10_000, analysis_resamples: int | None = None,
+                 analyses: bool = True, rebaseline: bool = False, labels: Any = None,
+                 include: Sequence[Any] = ()) -> WrittenReport:
+    """The one body of ``ragassay report`` and :meth:`Run.report`: the page and its per-query Parquet file.
+
+    ``store`` is a path or an open :class:`~ragassay.store.Store`; ``runs`` the run refs, the first the
+    baseline; ``inputs()`` returns the (corpus, golden set) the runs were scored on (called while the runs'
+    traces are read), checked against the runs' pins (``given``: whether the user named them, for the
+    message). ``labels`` (a PPI labels path or loaded labels, two or more runs) and ``include`` (saved
+    ``--json`` files) are read before the store is opened, so a bad file fails in milliseconds."""
+    from ragassay.analysis.report_data import (
+        PARQUET_NAME,
+        REPORT_RESAMPLES,
+        PrefetchedTraces,
+        QueriesParquet,
+        build_report_data,
+        comparison_resamples,
+        read_cached,
+        read_runs,
+    )
+    from ragassay.fsio import atomic_write_bytes
+    from ragassay.report.include import load_include
+
+    if labels is not None and len(runs) < 2:
+        raise InputError("--labels corrects the comparisons' judge metrics: give two or more runs (or use "
+                         "`ragassay judge ppi RUN --labels FILE` for one run)")
+    ppi_labels = _ppi_labels(labels)
+    included = [load_include(p) for p in include]
+    out = Path(out)
+    with _open(store, read_only=True) as opened:
+        # one pivot of each run's rows serves the comparisons and every section
+        st = read_cached(opened)
+        recs = [st.get_run(r) for r in runs]
+        # the traces are read (mostly Arrow's parse, outside the GIL) while the heavy modules load, the
+        # golden set is validated and the comparisons run; nothing below depends on them until the page data
+        prefetched = PrefetchedTraces(recs, traces_dir)
+        from ragassay.analysis.compare import compare_runs
+        from ragassay.report import render_report
+
+        corp, gs = inputs()
+        check_inputs_match_runs(recs, gs, corp, given=given)
+        # each run's rows are read once (one sort of each run): they give the page's run summaries, the
+        # Parquet file (encoded on a thread of its own) and the pivot the comparisons and sections slice
+        used = comparison_resamples(resamples, len(gs.queries)) if len(recs) > 1 else resamples
+        if len(recs) > 1:
+            from ragassay.stats.bootstrap import preload_kernel
+
+            # the compiled bootstrap loads while DuckDB sorts the rows below (it waits outside the interpreter)
+            preload_kernel(used * len(gs.queries))
+        parquet_rows = QueriesParquet()
+        runs_read = read_runs(st, recs, parquet_rows)
+        comparisons = [compare_runs(st, recs[0].run_id, r.run_id, n_resamples=used, rebaseline=rebaseline,
+                                    labels=ppi_labels)
+                       for r in recs[1:]]
+        data = build_report_data(st, [r.run_id for r in recs], gs, corp, comparisons=comparisons,
+                                 traces_dir=traces_dir, title=f"ragassay report: {', '.join(r.name for r in recs)}",
+                                 analyses=analyses,
+                                 analysis_resamples=REPORT_RESAMPLES if analysis_resamples is None
+                                 else analysis_resamples,
+                                 requested_resamples=resamples, prefetched=prefetched, runs_read=runs_read)
+        # The page first: a folder holding only a Parquet file would not be recognised as a report next time.
+        data["parquet"] = PARQUET_NAME
+        if included:
+            data["includes"] = included
+        path = render_report(data, out)
+        warnings = list(data.get("warnings", []))
+        del data
+        parquet = out / PARQUET_NAME
+        atomic_write_bytes(parquet, parquet_rows.finish())
+    return WrittenReport(path, parquet, [r.run_id for r in recs], warnings)
 
 
 def _ppi_labels(labels: Any):

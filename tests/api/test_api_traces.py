@@ -179,8 +179,11 @@ def test_run_report_uses_the_golden_set_and_corpus_evaluate_was_given(own, tmp_p
     assert "ANSWER&lt;How long does the warranty last?&gt;" in page or \
         "ANSWER\\u003cHow long does the warranty last?\\u003e" in page
     # a run loaded from the store knows neither: the bundled set is the default, and is refused
-    with pytest.raises(InputError, match="scored on another golden set or corpus"):
+    with pytest.raises(InputError, match="not the bundled set") as e:
         ragassay.load_run("base", store=db).report(tmp_path / "other")
+    assert "pass --golden and --corpus" in str(e.value)  # the one check `ragassay report` makes
+    # the page is the CLI's: its per-query Parquet file is written beside it
+    assert (tmp_path / "report" / "queries.parquet").is_file()
 
 
 def test_an_in_memory_store_keeps_the_traces_in_a_temporary_folder_that_lives_with_the_store(own, tmp_path):
