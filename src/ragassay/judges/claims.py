@@ -39,7 +39,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ragassay.errors import InputError, PinMismatchError
-from ragassay.judges.metrics import RUBRICS, TEMPLATES, ContextUnit, JudgeItem, locate_quote
+from ragassay.judges.metrics import RUBRICS, TEMPLATES, ContextUnit, JudgeItem, locate_quote, run_requests
 from ragassay.judges.protocol import (
     CallRecord,
     ClaimsVerdict,
@@ -265,14 +265,7 @@ def _run_calls(client, requests: list[JudgeRequest], out: ClaimJudged) -> dict[t
     if out.stopped is not None:
         out.calls["not_started"] += len(requests)
         return {}
-    run = client.run(requests)
-    out.judgements += run.judgements
-    out.calls.update(j.outcome for j in run.judgements)
-    if run.not_started:
-        out.calls["not_started"] += len(run.not_started)
-    out.spend += run.spend
-    out.stopped = out.stopped or run.stopped
-    return {(j.record.query_id, j.record.trial, j.record.item): j for j in run.judgements}
+    return run_requests(client, requests, out)
 
 
 def _verdict(got: dict, key: tuple[str, int, str]) -> tuple[Verdict | None, str | None]:
@@ -439,7 +432,7 @@ def judge_claims_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg,
     judged for claims before (without ``resume``, or under other pins)."""
     from ragassay.judges.config import build_judge
     from ragassay.judges.metrics import items_from
-    from ragassay.judges.score import check_traces_of
+    from ragassay.judges.score import judged_inputs
 
     rec = store.get_run(run_ref)
     pins = claim_pins(cfg)
@@ -453,26 +446,8 @@ def judge_claims_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg,
             raise PinMismatchError(f"run {rec.name} was judged for claims under other pins ("
                                    + "; ".join(f"{k} {before.get(k)} -> {pins.get(k)}" for k in differ)
                                    + "); --resume continues the same judge only")
-    if rec.status == "running":
-        raise InputError(f"run {rec.name} ({rec.run_id}) is still running; judge it once it has finished")
-    if rec.dataset_version != golden.dataset_version:
-        raise InputError(f"run {rec.name} was scored on dataset {rec.dataset_version}, but the golden set given is "
-                         f"{golden.dataset_version}; pass the run's golden set with --golden")
-    unknown = sorted({t.query_id for t in traces} - set(golden.query_ids))
-    if unknown:
-        raise InputError(f"{len(unknown)} trace(s) name queries not in the golden set (first: {unknown[:3]}); "
-                         "pass the run's golden set with --golden")
-    check_traces_of(store, rec, traces, header, traces_label, golden=golden)
-
-    def unit_text(u) -> str:
-        if u.text is not None:
-            return u.text
-        if u.doc_id not in corpus:
-            raise InputError(f"packed unit {u.unit_id} names doc {u.doc_id!r}, which is not in the corpus; pass the "
-                             "run's corpus with --corpus")
-        return corpus[u.doc_id].text[u.start:u.end]
-
-    inputs = claim_inputs(items_from(traces, golden, unit_text), golden)
+    inputs = claim_inputs(items_from(traces, golden, judged_inputs(store, rec, traces, header, traces_label, golden,
+                                                                   corpus)), golden)
     if progress is not None:
         progress(0, len(inputs))
     if cfg.provider == "local":

@@ -343,7 +343,7 @@ def judge_items(client, run_id: str, items: Sequence[JudgeItem], *, metrics: Seq
     kinds = _kinds(metrics)
     out = JudgedMetrics()
     stage1 = first_stage(run_id, items, metrics=metrics, criteria=criteria)
-    got = _run(client, stage1, out)
+    got = run_requests(client, stage1, out)
     stage2: list[JudgeRequest] = []
     claims_of: dict[tuple[str, int], list[str] | None] = {}
     for it in items:
@@ -354,7 +354,7 @@ def judge_items(client, run_id: str, items: Sequence[JudgeItem], *, metrics: Seq
             if claims:
                 stage2 += support_requests(run_id, it, claims, metrics=metrics, criteria=criteria)
     if stage2 and out.stopped is None:
-        got.update(_run(client, stage2, out))
+        got.update(run_requests(client, stage2, out))
     elif stage2:
         out.calls["not_started"] += len(stage2)
     for it in items:
@@ -362,7 +362,9 @@ def judge_items(client, run_id: str, items: Sequence[JudgeItem], *, metrics: Seq
     return out
 
 
-def _run(client, requests: list[JudgeRequest], out: JudgedMetrics) -> dict[tuple[str, int, str], Judgement]:
+def run_requests(client, requests: list[JudgeRequest], out) -> dict[tuple[str, int, str], Judgement]:
+    """Send ``requests`` through ``client``; count their outcomes, spend and stop reason into ``out`` (a
+    :class:`JudgedMetrics`, or anything with its ``judgements``, ``calls``, ``spend`` and ``stopped``)."""
     if not requests:
         return {}
     run = client.run(requests)

@@ -42,10 +42,10 @@ from ragassay.judges.metrics import (
     JudgeItem,
     _check_criteria,
     _kinds,
-    _run,
     _score_item,
     _verdict_or_reason,
     first_stage,
+    run_requests,
     support_requests,
 )
 from ragassay.judges.protocol import CallRecord, Judgement, JudgeRequest, sha256_text
@@ -172,7 +172,7 @@ def route_llm(client, run_id: str, items: Sequence[JudgeItem], tier1, *, tier2: 
     kinds = _kinds(metrics)
     log = CascadeRouting(f"local:{tier1.method}", tier2, lo, hi)
     out = JudgedMetrics()
-    got = _run(client, first_stage(run_id, items, metrics=metrics, criteria=criteria), out)
+    got = run_requests(client, first_stage(run_id, items, metrics=metrics, criteria=criteria), out)
     escalated: list[JudgeRequest] = []
     claims_of: dict[tuple[str, int], list[str] | None] = {}
     for it in items:
@@ -190,7 +190,7 @@ def route_llm(client, run_id: str, items: Sequence[JudgeItem], tier1, *, tier2: 
                 got[(it.query_id, it.trial, request.key.item)] = Judgement(record, local.verdict)
     if escalated and out.stopped is None:
         before = len(out.judgements)
-        got.update(_run(client, escalated, out))
+        got.update(run_requests(client, escalated, out))
         log.tier2_records = [j.record for j in out.judgements[before:]]
     elif escalated:
         out.calls["not_started"] += len(escalated)

@@ -188,6 +188,31 @@ def _answers_disagree(store, rec, traces: Sequence, golden) -> list[str]:
             "file) — traces of another run of the same config share its trace ids"]
 
 
+def judged_inputs(store, rec, traces: Sequence, header, traces_label: str, golden, corpus):
+    """The checks every judge of a stored run makes before a call (the run finished, of this golden set, the
+    traces its own) and the text of a packed unit (its own, else the corpus span): ``unit_text(unit)``."""
+    if rec.status == "running":
+        raise InputError(f"run {rec.name} ({rec.run_id}) is still running; judge it once it has finished")
+    if rec.dataset_version != golden.dataset_version:
+        raise InputError(f"run {rec.name} was scored on dataset {rec.dataset_version}, but the golden set given "
+                         f"is {golden.dataset_version}; pass the run's golden set with --golden")
+    unknown = sorted({t.query_id for t in traces} - set(golden.query_ids))
+    if unknown:
+        raise InputError(f"{len(unknown)} trace(s) name queries not in the golden set (first: {unknown[:3]}); "
+                         "pass the run's golden set with --golden")
+    check_traces_of(store, rec, traces, header, traces_label, golden=golden)
+
+    def unit_text(u) -> str:
+        if u.text is not None:
+            return u.text
+        if u.doc_id not in corpus:
+            raise InputError(f"packed unit {u.unit_id} names doc {u.doc_id!r}, which is not in the corpus; pass "
+                             "the run's corpus with --corpus")
+        return corpus[u.doc_id].text[u.start:u.end]
+
+    return unit_text
+
+
 def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg: JudgeConfig, *,
                      resume: bool = False, open_client: OpenClient | None = None, header=None,
                      traces_label: str = "the traces", progress: Progress | None = None) -> JudgeSummary:
@@ -223,25 +248,7 @@ def judge_stored_run(store, run_ref: str, traces: Sequence, golden, corpus, cfg:
                 f"run {rec.name} was judged under other pins ({'; '.join(f'{k} {was[k]} -> {pins[k]}' for k in differ)}); "
                 "--resume continues the same judge only. A run holds one judge's metrics: score the traces into a "
                 "new run to judge them differently (paid calls stay in the store either way)")
-    if rec.status == "running":
-        raise InputError(f"run {rec.name} ({rec.run_id}) is still running; judge it once it has finished")
-    if rec.dataset_version != golden.dataset_version:
-        raise InputError(f"run {rec.name} was scored on dataset {rec.dataset_version}, but the golden set given "
-                         f"is {golden.dataset_version}; pass the run's golden set with --golden")
-    unknown = sorted({t.query_id for t in traces} - set(golden.query_ids))
-    if unknown:
-        raise InputError(f"{len(unknown)} trace(s) name queries not in the golden set (first: {unknown[:3]}); "
-                         "pass the run's golden set with --golden")
-    check_traces_of(store, rec, traces, header, traces_label, golden=golden)
-
-    def unit_text(u) -> str:
-        if u.text is not None:
-            return u.text
-        if u.doc_id not in corpus:
-            raise InputError(f"packed unit {u.unit_id} names doc {u.doc_id!r}, which is not in the corpus; pass "
-                             "the run's corpus with --corpus")
-        return corpus[u.doc_id].text[u.start:u.end]
-
+    unit_text = judged_inputs(store, rec, traces, header, traces_label, golden, corpus)
     items = items_from(traces, golden, unit_text)
     if progress is not None:
         progress(0, len(items))
