@@ -35,6 +35,17 @@ judge_app = typer.Typer(cls=_ScoreByDefault, no_args_is_help=True,
                              "labels, or measure a judge change on archived answers (rebaseline).")
 
 
+def _run_traces(st, run: str, traces: Path | None):
+    """(run record, trace path, header, traces, problems) of a stored run: ``--traces`` or where the run keeps
+    them (:meth:`RunRecord.traces_path`)."""
+    from ragassay.trace.io import read_traces
+
+    rec = st.get_run(run)
+    path = _traces_path(rec, traces)
+    if not path.is_file():
+        raise InputError(f"{path}: the traces of run {rec.name} are not there; pass them with --traces")
+    return (rec, path, *read_traces(path))
+
 def judge(
     run: str = typer.Argument(..., help="Stored run to judge (run_id, unique prefix or name)."),
     judge_config: Path = typer.Option(..., "--judge", help="Judge config YAML (provider, model, metrics, prices)."),
@@ -65,14 +76,9 @@ def judge(
     from ragassay.analysis.runner import load_inputs
     from ragassay.judges.score import judge_stored_run
     from ragassay.store import Store
-    from ragassay.trace.io import read_traces
 
     with Store.open(store) as st, progress(enabled=not json_out) as bar:
-        rec = st.get_run(run)
-        path = _traces_path(rec, traces)
-        if not path.is_file():
-            raise InputError(f"{path}: the traces of run {rec.name} are not there; pass them with --traces")
-        header, recs, problems = read_traces(path)
+        rec, path, header, recs, problems = _run_traces(st, run, traces)
         corp, gs = load_inputs(corpus, golden)
         tick = counting(bar, f"judging {len(recs)} answers of run {rec.name} with {cfg.pins()['judge_model']}")
         summary = judge_stored_run(st, rec.run_id, recs, gs, corp, cfg, resume=resume,
@@ -477,15 +483,10 @@ def claims_cmd(
     from ragassay.analysis.runner import load_inputs
     from ragassay.judges.claims import claim_pins, judge_claims_run
     from ragassay.store import Store
-    from ragassay.trace.io import read_traces
 
     claim_pins(cfg)  # a config the claims judge cannot use is refused before anything is read
     with Store.open(store) as st, progress(enabled=not json_out) as bar:
-        rec = st.get_run(run)
-        path = _traces_path(rec, traces)
-        if not path.is_file():
-            raise InputError(f"{path}: the traces of run {rec.name} are not there; pass them with --traces")
-        header, recs, problems = read_traces(path)
+        rec, path, header, recs, problems = _run_traces(st, run, traces)
         corp, gs = load_inputs(corpus, golden)
         tick = counting(bar, f"judging {len(recs)} answers of run {rec.name} for claims")
         summary = judge_claims_run(st, rec.run_id, recs, gs, corp, cfg, resume=resume, header=header,
