@@ -610,11 +610,12 @@ class Run:
             return paired_ppi(st, self.run_id, _ref(against), got, name, lam=lam, confidence=confidence)
 
     def agent_report(self, *others: Run | str, human_fix_cost: float | None = None, n_resamples: int = 2000,
-                     seed: int = 0, confidence: float = 0.95) -> dict:
+                     seed: int = 0, confidence: float = 0.95, rebaseline: bool = False) -> dict:
         """The dict ``ragassay agent report RUN [OTHER] --json`` prints (:func:`ragassay.analysis.agent.agent_report`):
         task success, partial credit, silent failures, cost per resolved task, p95 wall-clock and per-hop
         sufficiency with bootstrap intervals, the trajectory diagnostics apart; with one other run, the paired
-        deltas (other minus this run). ``human_fix_cost`` None takes the value pinned at scoring, else 0."""
+        deltas (other minus this run), refused as ``compare`` refuses runs whose pins differ (the verifier's
+        included) unless ``rebaseline``. ``human_fix_cost`` None takes the value pinned at scoring, else 0."""
         from ragassay.analysis.agent import agent_report
 
         _refuse([
@@ -629,7 +630,7 @@ class Run:
         with _open(self.store, read_only=True) as st:
             return agent_report(st, [self.run_id, *(_ref(o) for o in others)],
                                 human_fix_cost=None if human_fix_cost is None else float(human_fix_cost),
-                                n_resamples=n_resamples, seed=seed, confidence=confidence)
+                                n_resamples=n_resamples, seed=seed, confidence=confidence, rebaseline=rebaseline)
 
     def claims_breakdown(self, *others: Run | str) -> dict:
         """Per run judged for claims (this one, then ``others``): the five-way breakdown of its response claims

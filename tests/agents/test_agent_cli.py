@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from ragassay.analysis.gate import load_policy
 from ragassay.cli import agent as agent_cli
 from ragassay.cli import run as run_cli
-from ragassay.errors import InputError
+from ragassay.errors import InputError, PinMismatchError
 from ragassay.store import Store
 
 V = f"{Path(__file__).parent / 'verifiers.py'}"
@@ -236,11 +236,15 @@ def test_score_with_a_verifier_command_and_trials(tmp_path):
     res = cli("score", path, "--golden", tmp_path / "golden", "--corpus", tmp_path / "docs", "--store", db,
               "--name", "again", "--verifier", f"{V}:from_meta", "--human-fix-cost", "2")
     assert res.exit_code == 0, res.output
-    with pytest.raises(InputError, match="different human fix costs"):
+    # two verifiers are two instruments: refused as compare refuses them, unless rebaselined
+    with pytest.raises(PinMismatchError, match="verifier: command"):
         cli("agent", "report", "trials", "again", "--store", db)
+    with pytest.raises(InputError, match="different human fix costs"):
+        cli("agent", "report", "trials", "again", "--store", db, "--rebaseline")
     rep = json.loads(cli("agent", "report", "trials", "again", "--store", db, "--json", "--human-fix-cost",
-                         "2").stdout)
+                         "2", "--rebaseline").stdout)
     assert rep["delta"]["figures"]["task_success"]["delta"] == 0.0  # the same end states, two verifiers
+    assert [d["pin"] for d in rep["pin_differences"]] == ["verifier"]
 
 
 def test_the_html_report_shows_agent_metrics_beside_the_others(scored, tmp_path):

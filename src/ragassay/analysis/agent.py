@@ -410,9 +410,7 @@ def score_agent_into_store(store, run_id: str, traces_path: str | Path, golden: 
             "human_fix_cost": human_fix_cost, **scored.info()}
     if verifier is not None:
         pins["verifier_sha"] = _verifier_sha(verifier.pins())
-    extra = {**(rec.extra or {}), "agent": pins}
-    store.connection.execute("UPDATE runs SET extra = ?::JSON WHERE run_id = ?",
-                             [json.dumps(extra, sort_keys=True, default=str), rec.run_id])
+    store.update_run_extra(rec.run_id, {"agent": pins})
     return scored.info()
 
 
@@ -530,14 +528,22 @@ def _resampled(runs: Sequence[_RunData], queries: np.ndarray, stats: Sequence[di
 
 
 def agent_report(store, refs: Sequence[str], *, human_fix_cost: float | None = None, n_resamples: int = 2000,
-                 seed: int = 0, confidence: float = 0.95) -> dict:
+                 seed: int = 0, confidence: float = 0.95, rebaseline: bool = False) -> dict:
     """Per run: task success, partial credit, silent-failure rate, cost per resolved task, p95 wall-clock and
     sufficiency per hop, each with a percentile bootstrap interval over items (queries; a query's trials move
     together); trajectory diagnostics apart. With two runs, the paired deltas (second minus first) over the
     items both runs scored, one shared item resample, including the delta of cost per resolved task.
-    ``human_fix_cost``: None takes each run's pinned value (``score --human-fix-cost``), else 0."""
+    ``human_fix_cost``: None takes each run's pinned value (``score --human-fix-cost``), else 0. Two runs must
+    be comparable as ``compare`` checks them, the agent verifier's pins included (unless ``rebaseline``; the
+    differences are then listed in ``pin_differences``)."""
     if not 1 <= len(refs) <= 2:
         raise InputError("agent report takes one run, or two runs to compare (baseline first)")
+    diffs: list[dict] = []
+    if len(refs) == 2:
+        from ragassay.analysis.compare import comparable_runs
+        from ragassay.metrics.agent import OUTCOME_METRICS
+
+        diffs = comparable_runs(store, list(refs), list(OUTCOME_METRICS), rebaseline=rebaseline)[1]
     if human_fix_cost is not None and not (math.isfinite(human_fix_cost) and human_fix_cost >= 0):
         raise InputError(f"--human-fix-cost {human_fix_cost}: give a cost >= 0 (USD per failed task fixed by hand)")
     if not 0 < confidence < 1:
@@ -571,7 +577,7 @@ def agent_report(store, refs: Sequence[str], *, human_fix_cost: float | None = N
         delta = {"n_items": int(len(common)), "only_a": int(len(np.setdiff1d(a.queries, common))),
                  "only_b": int(len(np.setdiff1d(b.queries, common))), "figures": figs}
     return {"kind": "agent-report", "human_fix_cost": fix[0], "confidence": confidence, "n_resamples": n_resamples,
-            "seed": seed, "runs": out_runs, "delta": delta}
+            "seed": seed, "runs": out_runs, "delta": delta, "rebaselined": bool(diffs), "pin_differences": diffs}
 
 
 def _subset(r: _RunData, keep: np.ndarray) -> _RunData:

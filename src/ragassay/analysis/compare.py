@@ -37,7 +37,15 @@ PINS = ("dataset_version", "corpus_digest", "metric_version", "hit_rule", "gain"
 # (such a run has no judge metrics to compare). judge_settings is every other setting that can move a verdict
 # (sampling, thinking budget, structured-output mode, a cascade): ragassay.judges.config.judge_settings.
 JUDGE_PINS = ("judge_model", "rubric_sha", "judge_prompt_sha", "judge_settings")
-OPTIONAL_PINS = ("cutoffs", *JUDGE_PINS)
+# The agent verifier (extra["agent"], written by agent scoring): what decided task success, partial credit and
+# silent failure. `verifier` is its module:function (or command and timeout), `verifier_source_sha` the sha256
+# of its module file. Checked only when one of those outcome metrics is compared (the trajectory metrics never
+# ask the verifier); None for a run scored without one, which conflicts with nothing, as an unjudged run.
+AGENT_PINS = ("verifier", "verifier_source_sha")
+# The claims judge (extra["claims_judge"], written by `judge claims`): checked only when a claim metric is
+# compared; None for a run never judged for claims, which conflicts with nothing.
+CLAIMS_PINS = ("claims_judge_model", "claims_rubric_sha", "claims_prompt_sha", "claims_settings", "claims_relevance")
+OPTIONAL_PINS = ("cutoffs", *JUDGE_PINS, *AGENT_PINS, *CLAIMS_PINS)
 # scoring's fallback when a run's config names no reranker.final_k (analysis/scoring.py `_final_k`)
 SCORING_DEFAULT_FINAL_K = 10
 DEFAULT_MIN_EFFECT = 0.02
@@ -225,7 +233,35 @@ def run_pins(rec, metrics) -> dict[str, object]:
     out["judge_prompt_sha"] = judge.get("prompt_sha") if isinstance(judge, dict) else None
     out["judge_settings"] = judge_settings(judge)
     out["final_k"] = final_k_of(rec, metrics)
+    out.update(verifier_pins(rec))
+    out.update(claims_judge_pins(rec))
     return out
+
+
+def verifier_pins(rec) -> dict[str, object]:
+    """The :data:`AGENT_PINS` of a stored run (None when it was scored without a verifier)."""
+    agent = (rec.extra or {}).get("agent")
+    ver = agent.get("verifier") if isinstance(agent, dict) else None
+    if not isinstance(ver, dict):
+        return dict.fromkeys(AGENT_PINS)
+    if ver.get("kind") == "command":
+        timeout = ver.get("timeout_s")
+        shown = f"command {ver.get('cmd')!r}" + (f" (timeout {timeout:g} s)" if isinstance(timeout, int | float)
+                                                 else "")
+        return {"verifier": shown, "verifier_source_sha": None}
+    return {"verifier": ver.get("spec"), "verifier_source_sha": ver.get("source_sha256")}
+
+
+def claims_judge_pins(rec) -> dict[str, object]:
+    """The :data:`CLAIMS_PINS` of a stored run (None when it was never judged for claims)."""
+    pins = (rec.extra or {}).get("claims_judge")
+    pins = pins if isinstance(pins, dict) else {}
+    return {p: _hashable(pins.get(p.removeprefix("claims_"))) for p in CLAIMS_PINS}
+
+
+def _hashable(v: object) -> object:
+    """A pin value compared by equality and printed: a mapping or list as its sorted JSON."""
+    return json.dumps(v, sort_keys=True, default=str) if isinstance(v, dict | list) else v
 
 
 def pin_differences(a, b, metrics_a=(), metrics_b=(), pins=PINS) -> list[tuple[str, object, object]]:
@@ -236,7 +272,8 @@ def pin_differences(a, b, metrics_a=(), metrics_b=(), pins=PINS) -> list[tuple[s
 
 
 REBASELINE_HINT = ("re-score them under the same definitions (golden set, corpus, metric version, hit rule, gain, "
-                   "threshold, ties, cutoffs, judge), or pass --rebaseline to compare anyway")
+                   "threshold, ties, cutoffs, judge, agent verifier, claims judge), or pass --rebaseline to "
+                   "compare anyway")
 
 
 def check_comparable(store, run_refs, *, pins=PINS, rebaseline: bool = False, roles=None, hint=REBASELINE_HINT):
@@ -280,12 +317,22 @@ def _verdict(delta: float, lo: float, hi: float, min_effect: float, higher: bool
 
 def pins_for(metrics) -> tuple[str, ...]:
     """The pins a figure over ``metrics`` rests on: every pin ``compare`` checks, less the judge pins when
-    none of the metrics is a judge metric (a judge change cannot move them)."""
+    none of the metrics is a judge metric (a judge change cannot move them), plus :func:`extra_pins_for`."""
     from ragassay.judges.validate import METRIC_KIND
 
     if any(m in METRIC_KIND for m in metrics):
-        return PINS
-    return tuple(p for p in PINS if p not in JUDGE_PINS)
+        return PINS + extra_pins_for(metrics)
+    return tuple(p for p in PINS if p not in JUDGE_PINS) + extra_pins_for(metrics)
+
+
+def extra_pins_for(metrics) -> tuple[str, ...]:
+    """The agent verifier's pins when ``metrics`` hold an outcome metric it decided (task_success,
+    partial_credit, silent_failure), the claims judge's when they hold a claim metric; else nothing."""
+    from ragassay.metrics.agent import OUTCOME_METRICS
+    from ragassay.metrics.claims import CLAIM_METRICS
+
+    ms = set(metrics)
+    return (AGENT_PINS if ms & set(OUTCOME_METRICS) else ()) + (CLAIMS_PINS if ms & set(CLAIM_METRICS) else ())
 
 
 def comparable_runs(store, run_refs, metrics, *, rebaseline: bool = False) -> tuple[list, list[dict]]:
@@ -510,10 +557,13 @@ def compare_runs(store, run_a: str, run_b: str, *, metrics=None, min_effect=DEFA
     """
     check_min_effect(min_effect)
     _check_settings(n_resamples, confidence)
-    ra, rb = check_comparable(store, [run_a, run_b], rebaseline=rebaseline, roles=("A", "B"))
-    ma = _metric_names(store, ra.run_id)
-    mb = _metric_names(store, rb.run_id)
-    pins = pin_differences(ra, rb, ma, mb)
+    ids = [store.get_run(r).run_id for r in (run_a, run_b)]
+    ma = _metric_names(store, ids[0])
+    mb = _metric_names(store, ids[1])
+    # the verifier and claims-judge pins count when a metric they decide is compared (the judge pins: always)
+    checked = PINS + extra_pins_for([m for m in ma if m in set(mb)] if metrics is None else metrics)
+    ra, rb = check_comparable(store, ids, pins=checked, rebaseline=rebaseline, roles=("A", "B"))
+    pins = pin_differences(ra, rb, ma, mb, checked)
     shared = [m for m in ma if m in set(mb)]
     wanted = shared if metrics is None else list(dict.fromkeys(metrics))
     if not wanted:

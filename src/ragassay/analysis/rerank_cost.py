@@ -20,11 +20,10 @@ import math
 import numpy as np
 
 from ragassay.analysis.compare import (
-    check_comparable,
+    comparable_runs,
     compare_runs,
     config_diff,
     flatten_config,
-    pin_differences,
 )
 from ragassay.analysis.directions import higher_is_better
 from ragassay.analysis.latency import QUANTILE_METHOD
@@ -148,15 +147,13 @@ def rerank_cost(store, runs, *, metric: str = DEFAULT_METRIC, n_resamples: int =
     runs = list(runs)
     if len(runs) < 2:
         raise InputError("give a baseline run and at least one candidate run (BASELINE CANDIDATE...)")
-    recs = check_comparable(store, runs, rebaseline=rebaseline)
+    # compare's one check over the pins the metric rests on (a claim or agent outcome metric adds its judge's)
+    recs, diffs = comparable_runs(store, runs, [metric], rebaseline=rebaseline)
     ids = [r.run_id for r in recs]
     dup = sorted({r.name for r in recs if ids.count(r.run_id) > 1})
     if dup:
         raise InputError(f"run(s) {', '.join(dup)} given more than once; list each run once, the baseline first")
     base = recs[0]
-    have = store.metrics(base.run_id)
-    diffs = [{"pin": p, "run_a": base.name, "a": a, "run_b": r.name, "b": b}
-             for r in recs[1:] for p, a, b in pin_differences(base, r, have, store.metrics(r.run_id))]
     higher = higher_is_better(metric)
     boot = {"n_resamples": n_resamples, "seed": seed, "confidence": confidence}
     comps = [compare_runs(store, base.run_id, r.run_id, metrics=[metric], strata=False, rebaseline=rebaseline,

@@ -59,6 +59,8 @@ def report(
     n_resamples: int = typer.Option(2000, "--resamples", min=100, help="Bootstrap resamples."),
     seed: int = typer.Option(0, "--seed", min=0),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval coverage, in (0, 1)."),
+    rebaseline: bool = typer.Option(False, "--rebaseline", help="Compare two runs whose pins differ (golden set, "
+                                    "corpus, verifier, ...); the output names the pins."),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
     """Task success, partial credit, silent failures, cost per resolved task, p95 wall-clock and per-hop
@@ -72,7 +74,7 @@ def report(
                          "--verifier module:function --store S`)")
     with Store.open(store, read_only=True) as st:
         rep = agent_report(st, runs, human_fix_cost=human_fix_cost, n_resamples=n_resamples, seed=seed,
-                           confidence=confidence)
+                           confidence=confidence, rebaseline=rebaseline)
     if json_out:
         print_json(rep)
         return

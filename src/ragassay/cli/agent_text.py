@@ -76,6 +76,9 @@ def print_agent_report(rep: dict) -> None:
     pct = f"{rep['confidence']:.0%}"
     console.print(f"agent report: {pct} percentile bootstrap over items ({rep['n_resamples']} resamples, seed "
                   f"{rep['seed']}); human fix cost ${rep['human_fix_cost']:,.2f} per failed task", markup=False)
+    for d in rep.get("pin_differences") or ():
+        console.print(f"  rebaselined: {d['pin']} {d['a']} ({d['run_a']}) vs {d['b']} ({d['run_b']})", style="yellow",
+                      markup=False)
     for r in rep["runs"]:
         ver = r["verifier"]
         who = "no verifier (outcome metrics not scored)" if not ver else \

@@ -493,10 +493,8 @@ def _store(store, rec, pins: dict, tables: Sequence[ClaimTable], scores: ClaimSc
     try:
         store.write_batch(rec.run_id, cols)
         store.record_judge_calls(records)
-        extra = {**(store.get_run(rec.run_id).extra or {}), "claims_judge": dict(pins),
-                 "claims_summary": _clean(summary.to_dict())}
-        store.connection.execute("UPDATE runs SET extra = ?::JSON WHERE run_id = ?",
-                                 [json.dumps(extra, sort_keys=True, default=str), rec.run_id])
+        store.update_run_extra(rec.run_id, {"claims_judge": dict(pins),
+                                            "claims_summary": _clean(summary.to_dict())})
     finally:
         store.finish_run(rec.run_id, status if status in ("complete", "failed") else "complete")
 

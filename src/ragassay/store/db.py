@@ -813,6 +813,33 @@ class Store:
             [pins["judge_model"], pins["rubric_sha"], json.dumps(extra, sort_keys=True, default=str), run_id],
         )
 
+    # ------------------------------------------------------------------ run extra
+    def update_run_extra(self, run_id: str, updates: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge ``updates`` into a run's ``extra`` (top-level keys: each given key replaces the stored one,
+        every other key is kept) in one transaction, so the read and the write see the same row; returns the
+        new ``extra``. Values are stored as JSON (anything else as its ``str``)."""
+        self._check_writable()
+        if not isinstance(updates, Mapping):
+            raise InputError(f"run extra updates must be a mapping of key to value, got {type(updates).__name__}")
+        bad = [k for k in updates if not isinstance(k, str) or not k]
+        if bad:
+            raise InputError(f"run extra keys must be non-empty strings, got {bad[:3]}")
+        con = self._con
+        con.execute("BEGIN TRANSACTION")
+        try:
+            rows = con.execute("SELECT extra FROM runs WHERE run_id = ?", [run_id]).fetchall()
+            if not rows:
+                raise InputError(f"run_id {run_id!r} is not in {self.path}; give the run's full id "
+                                 "(Store.get_run resolves a name or prefix)")
+            extra = {**(json.loads(rows[0][0]) if rows[0][0] is not None else {}), **updates}
+            text = json.dumps(extra, sort_keys=True, default=str)
+            con.execute("UPDATE runs SET extra = ?::JSON WHERE run_id = ?", [text, run_id])
+            con.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+        return json.loads(text)
+
     # ------------------------------------------------------------------ judge calls
     def record_judge_calls(self, records: Sequence[Mapping[str, Any]]) -> int:
         """Insert judge-call records (dicts keyed by ``JUDGE_CALL_COLUMNS``) in one transaction; return the count.
