@@ -334,3 +334,32 @@ def test_human_labels_let_an_unvalidated_judge_decide_and_other_labels_do_not(st
     check = next(c for c in run_gate(store, "base", "cand", policy, labels=other).checks if c.name == "faithfulness")
     assert (check.verdict, check.status) == ("WARN", "unvalidated")
     assert "would have been PASS: PPI-corrected" in check.detail
+
+
+def test_two_human_labels_that_agree_with_the_judge_do_not_let_an_unvalidated_judge_decide(store, tmp_path):
+    # the fooling attempt: label two answers where the judge is right; the rectifier's variance is 0, so the
+    # corrected interval is the judge's own and narrow. Under 30 labels per run the correction decides nothing.
+    _, fa, fb = _gate_world(store, tmp_path)
+    pins = {"judge_model": "m", "rubric_sha": "r", "prompt_sha": "p"}
+    for name in ("base", "cand"):
+        store.set_judge_pins(store.get_run(name).run_id, pins)
+    policy = GatePolicy(metrics={"faithfulness": {"min_effect": 0.05}}, n_resamples=500,
+                        hard={"max_error_rise": None, "max_refusal_rise": None, "min_citation_validity": None})
+    agree = [i for i in range(N) if fa[i] == 1 and fb[i] == 1][:2]
+    few = _write(tmp_path / "two.jsonl", _labels(None, "base", agree, fa) + _labels(None, "cand", agree, fb))
+    check = next(c for c in run_gate(store, "base", "cand", policy, labels=few).checks if c.name == "faithfulness")
+    assert (check.verdict, check.status) == ("WARN", "unvalidated")
+    assert "PPI not used: 2/2 (shared labels" in check.detail and "fewer than 30 labelled items" in check.detail
+
+
+def test_under_thirty_labels_the_judges_own_figure_decides_with_a_note(store, tmp_path):
+    _, fa, fb = _gate_world(store, tmp_path)
+    policy = GatePolicy(metrics={"faithfulness": {"min_effect": 0.05}}, n_resamples=500,
+                        hard={"max_error_rise": None, "max_refusal_rise": None, "min_citation_validity": None})
+    idx = list(range(29))
+    few = _write(tmp_path / "few.jsonl", _labels(None, "base", idx, fa) + _labels(None, "cand", idx, fb))
+    raw = next(c for c in run_gate(store, "base", "cand", policy).checks if c.name == "faithfulness")
+    check = next(c for c in run_gate(store, "base", "cand", policy, labels=few).checks if c.name == "faithfulness")
+    assert (check.verdict, check.value) == (raw.verdict, raw.value) == ("FAIL", raw.value)
+    assert check.detail == f"{raw.detail}; PPI not used: 29/29 (shared labels, PPI++ (tuned lam)) is fewer than 30 " \
+                           "labelled items per run, too few for its interval to decide the gate"

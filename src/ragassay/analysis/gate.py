@@ -505,6 +505,9 @@ def run_gate(store, base: str, cand: str, policy: GatePolicy, *, rebaseline: boo
         check = statistical_check(m, row.delta, row.ci_low, row.ci_high, pol.min_effect, row.defined,
                                   policy.confidence, p_adj=row.p_adj, mde=row.mde, n=row.n, sigma_d=row.sigma_d)
         ppi = corrected.get(m)
+        too_few = ppi.get("too_few") if ppi is not None else None
+        if too_few:
+            ppi = None  # a handful of labels decides nothing: the judge's own figure (and status) stands
         if ppi is not None:
             # human labels of a random subsample correct the judge: the decision rests on the corrected figure
             check = ppi_check(m, ppi, pol.min_effect, policy.confidence, row.delta)
@@ -522,6 +525,9 @@ def run_gate(store, base: str, cand: str, policy: GatePolicy, *, rebaseline: boo
         elif m in status:
             check = Check(m, check.kind, check.verdict, f"{check.detail}; judge validated: "
                           f"{'; '.join(status[m]['reasons'])}", check.value, check.threshold, status="validated")
+        if too_few:
+            check = Check(check.name, check.kind, check.verdict, f"{check.detail}; {too_few}", check.value,
+                          check.threshold, status=check.status)
         checks.append(check)
     checks += hard_checks(policy.hard, comp.run_b, store.results(comp.run_b.run_id), baseline=comp.run_a)
     verdict = max((c.verdict for c in checks), key=ORDER.__getitem__, default="PASS")

@@ -483,7 +483,9 @@ def gate_figures(comp, confidence: float = 0.95, power: float = 0.80) -> dict[st
     ``delta``, ``ci_low``, ``ci_high``; ``p_adj``, the Benjamini-Hochberg adjustment across the comparison's
     overall rows with this metric's raw bootstrap p replaced by the corrected normal p; ``mde`` =
     (z_{1-alpha/2} + z_power) * se; ``human`` (every label used says labelled_by: human); ``n_text``. An
-    undefined corrected figure gives ``{"undefined": reason}``."""
+    undefined corrected figure gives ``{"undefined": reason}``; fewer than :data:`MIN_SOUND` labelled items on
+    a side give ``{"too_few": reason}``: the correction does not decide a gate on a handful of labels (two
+    labels that agree with the judge would give a narrow interval and let an unvalidated judge decide)."""
     from scipy.special import ndtri
 
     from ragassay.stats import adjust_pvalues
@@ -499,6 +501,10 @@ def gate_figures(comp, confidence: float = 0.95, power: float = 0.80) -> dict[st
     for m, e in entries.items():
         d, n = e["difference"], e["n_labelled"]
         n_text = f"{n['a']}/{n['b']} ({e['mode']} labels, {e['lam_mode']})"
+        if min(n["a"], n["b"]) < MIN_SOUND:
+            out[m] = {"too_few": f"PPI not used: {n_text} is fewer than {MIN_SOUND} labelled items per run, too few "
+                                 "for its interval to decide the gate", "n_text": n_text}
+            continue
         if not d["defined"]:
             out[m] = {"undefined": d["reason"], "n_text": n_text}
             continue
