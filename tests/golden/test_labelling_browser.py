@@ -116,3 +116,57 @@ def test_hostile_corpus_text_is_shown_as_text(tmp_path, browser):
     assert page.locator("img").count() == 0 and page.locator("#passage b").count() == 0
     assert page.locator("script").count() == 3  # the prelude, the data and the page's own
     assert errors == []
+
+
+def test_question_only_items_of_a_promote_queue_are_shown_skipped_and_never_saved(tmp_path, capsys, browser):
+    from tests.online.test_judge_sample import write_records
+    from tests.online.test_promote import corpus_dir, production
+
+    from ragassay.corpus import load_corpus
+    from ragassay.online.promote import promote
+
+    rows = production()
+    rows[2]["unit_ids"] = ["nowhere:0-5"]  # r02 (thumbs-down): no unit resolves, a question-only item
+    db = tmp_path / "s.duckdb"
+    write_records(db, rows)
+    corpus = corpus_dir(tmp_path)
+    queue_dir = tmp_path / "queue"
+    promote(db, queue_dir, per_stratum=2, signals=("thumbs_down",),
+            texts={d.doc_id: d.text for d in load_corpus(corpus)})
+    queue = [json.loads(line) for line in (queue_dir / "queue.jsonl").read_text().splitlines()]
+    only = [i for i, r in enumerate(queue) if r["doc_id"] == ""]
+    assert len(queue) == 5 and len(only) == 1  # r01 and r03 two passages each, r02 none
+    page, errors = _open(browser, queue_dir / "label.html")
+    assert page.inner_text("#progress") == "0 of 4 labelled · 1 question-only"
+    # grade every item in order with 3; the question-only one ignores the key and is stepped over with j
+    for i in range(len(queue)):
+        assert page.get_attribute("body", "data-position") == str(i)
+        if i in only:
+            assert page.inner_text("#passage") == "question only: no passage to grade"
+            assert page.locator("#grades button:disabled").count() == 4
+            page.keyboard.press("3")
+            assert page.get_attribute("body", "data-position") == str(i)
+            page.keyboard.press("j")
+        else:
+            assert page.inner_text("#passage") == queue[i]["quote"]
+            assert page.locator("#grades button:disabled").count() == 0
+            page.keyboard.press("3")
+    assert page.inner_text("#progress") == "4 of 4 labelled · 1 question-only"
+    with page.expect_download() as download:
+        page.keyboard.press("s")
+    labels = tmp_path / "labels.jsonl"
+    download.value.save_as(labels)
+    saved = [json.loads(line) for line in labels.read_text().splitlines()]
+    assert saved == [{k: r[k] for k in ("query_id", "doc_id", "start", "end", "quote")} | {"grade": 3}
+                     for i, r in enumerate(queue) if i not in only]
+    assert errors == []
+
+    authoring = tmp_path / "golden.yaml"
+    authoring.write_text("dataset: small\nqueries:\n  - query_id: h1\n    question: Does credit expire?\n"
+                         "    stratum: lexical\n    evidence:\n      - {doc_id: refunds, quote: Store credit never "
+                         "expires., grade: 3}\n")
+    code, out, err = cli(["golden", "merge-labels", authoring, labels, "--queue", queue_dir, "--corpus", corpus,
+                          "--out", tmp_path / "merged.jsonl", "--json"], capsys)
+    assert code == 0, err
+    rep = json.loads(out)["promoted"]
+    assert len(rep["added"]) == 2 and rep["question_only"] == [queue[only[0]]["query_id"]]

@@ -9,6 +9,12 @@ units, deduplicated by ``(query_id, doc_id, start, end)``. Negative queries (``a
 not pooled: their evidence must stay empty. A unit that failed the corpus check (given as ``None``) or
 whose text is blank cannot be shown or quoted; it is counted, never queued.
 
+A queue ``ragassay online promote`` wrote (pool.json kind :data:`PROMOTE_KIND`) holds production questions
+that are not in the golden set yet, with their authoring stubs in :data:`STUBS_FILE`; its labels make new
+queries (:func:`merge_promoted`) rather than new evidence on old ones. Its question-only items (no retrieved
+unit resolved) have no passage: the labelling page cannot grade them and :func:`read_labels` refuses a label
+on one.
+
 Nothing here reads the store; :mod:`ragassay.analysis.pool` feeds it the runs' lists.
 """
 
@@ -39,6 +45,9 @@ QUEUE_FILE = "queue.jsonl"
 POOL_FILE = "pool.json"
 PAGE_FILE = "label.html"
 OUTPUT_KIND = "golden-pool"
+# A queue `ragassay online promote` wrote: its pool.json kind, and the authoring stubs of its new questions
+PROMOTE_KIND = "ragassay online promote"
+STUBS_FILE = "queries.jsonl"
 LABEL_KEYS = ("query_id", "doc_id", "start", "end", "quote", "grade")
 _REQUIRED = ("query_id", "doc_id", "start", "end", "grade")
 
@@ -204,11 +213,24 @@ def render_page(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -
 
 @dataclass(frozen=True)
 class Queue:
-    """A queue folder as ``golden pool`` wrote it: its meta (pool.json) and items keyed by
-    (query_id, doc_id, start, end)."""
+    """A queue folder as ``golden pool`` or ``online promote`` wrote it: its meta (pool.json), items keyed by
+    (query_id, doc_id, start, end) and, for a promote queue, the authoring stubs of its questions
+    (queries.jsonl) as ``(line, record)`` pairs."""
 
     meta: dict[str, Any]
     items: dict[tuple[str, str, int, int], dict[str, Any]]
+    stubs: list[tuple[int, Any]] | None = None
+    folder: Path | None = None
+
+    @property
+    def promoted(self) -> bool:
+        """True for a queue of production questions (``online promote``): new queries, not new labels."""
+        return self.stubs is not None
+
+
+def question_only(item: Mapping[str, Any]) -> bool:
+    """A promoted request none of whose retrieved units resolved: a question with no passage to grade."""
+    return not item.get("doc_id") or not item.get("quote")
 
 
 def read_queue(folder: str | Path) -> Queue:
@@ -216,7 +238,7 @@ def read_queue(folder: str | Path) -> Queue:
     pool_file, queue_file = folder / POOL_FILE, folder / QUEUE_FILE
     if not (pool_file.is_file() and queue_file.is_file()):
         raise InputError(f"{folder}: not a labelling queue (no {POOL_FILE} and {QUEUE_FILE}); pass the folder "
-                         "`ragassay golden pool --out` wrote")
+                         "`ragassay golden pool --out` or `ragassay online promote --out` wrote")
     try:
         meta = json.loads(read_utf8(pool_file, "pool meta"))
         items = {}
@@ -226,7 +248,21 @@ def read_queue(folder: str | Path) -> Queue:
                 items[(rec["query_id"], rec["doc_id"], rec["start"], rec["end"])] = rec
     except (ValueError, KeyError, TypeError) as e:
         raise InputError(f"{folder}: the queue files are damaged ({e}); pool the runs again") from e
-    return Queue(meta, items)
+    stubs = None
+    if isinstance(meta, dict) and meta.get("kind") == PROMOTE_KIND:
+        stubs_file = folder / STUBS_FILE
+        if not stubs_file.is_file():
+            raise InputError(f"{folder}: a promote queue without its {STUBS_FILE} (the authoring stubs of its "
+                             "questions); promote again")
+        stubs = []
+        for n, line in enumerate(read_utf8(stubs_file, "authoring stubs").split("\n"), 1):
+            if line.strip():
+                try:
+                    stubs.append((n, json.loads(line)))
+                except ValueError as e:
+                    raise InputError(f"{stubs_file}:{n}: not a JSON object ({e}); fix the line or promote "
+                                     "again") from e
+    return Queue(meta, items, stubs, folder)
 
 
 # ------------------------------------------------------------------------------------ labels
@@ -254,12 +290,13 @@ def _pairs_once(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
-def read_labels(path: str | Path, queue: Queue, query_ids: set[str]) -> list[Label]:
+def read_labels(path: str | Path, queue: Queue, query_ids: set[str], allow_empty: bool = False) -> list[Label]:
     """Labels from a JSONL file, one ``{query_id, doc_id, start, end, grade[, quote]}`` per line, checked
     against the queue. Every problem is one ``file:line`` line of a single :class:`InputError`: a line that
     is not a JSON object, a key unknown, missing or given twice, a grade that is not an integer 0–3, a query
     the authoring file lacks, a (query, unit) labelled twice, a unit not in the queue, a quote that is not
-    the queued unit's text. Blank lines are skipped; a file with no label is refused."""
+    the queued unit's text, a question-only item. Blank lines are skipped; a file with no label is refused
+    unless ``allow_empty`` (a promote queue, whose stubs may carry evidence quoted by hand)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such labels file; pass the labels.jsonl the labelling page saved")
@@ -302,6 +339,9 @@ def read_labels(path: str | Path, queue: Queue, query_ids: set[str]) -> list[Lab
         queued = queue.items.get(key)
         if queued is None:
             bad.append(f"{qid} {doc}[{start}:{end}] is not in the queue; label only the queued units")
+        elif question_only(queued):
+            bad.append(f"{qid} is a question-only item: no retrieved unit resolved, so there is no passage to "
+                       f"grade; quote its evidence by hand in the queue's {STUBS_FILE} stub instead")
         elif "quote" in rec and rec["quote"] != queued["quote"]:
             bad.append(f"{qid} {doc}[{start}:{end}]: the quote is not the queued unit's text")
         if bad:
@@ -310,7 +350,7 @@ def read_labels(path: str | Path, queue: Queue, query_ids: set[str]) -> list[Lab
         labels.append(Label(qid, doc, start, end, grade, n))
     if problems:
         raise InputError("\n".join(problems))
-    if not labels:
+    if not labels and not allow_empty:
         raise InputError(f"{path}: holds no label; label some units on the page and save")
     return labels
 
@@ -356,3 +396,99 @@ def new_judgements(labels: Sequence[Label], strata: Mapping[str, str]) -> dict[s
             "per_query": dict(sorted(per_query.items())),
             "per_stratum": dict(sorted(Counter(strata[lab.query_id] for lab in labels).items())),
             "per_grade": {str(g): sum(lab.grade == g for lab in labels) for g in range(MAX_GRADE + 1)}}
+
+
+# ------------------------------------------------------------------------------------ a promote queue
+
+@dataclass(frozen=True)
+class PromotedMerge:
+    """What a promote queue's labels make of its questions. ``queries`` (stub order) are the ones that enter
+    the authoring file and ``labels`` the labels merged into them; every other question is in exactly one of
+    ``all_zero`` (labelled, every passage graded 0), ``not_graded`` (passages queued, none graded),
+    ``question_only`` (no passage to grade and no evidence quoted by hand) or ``already_in_set`` (its
+    query_id is in the authoring file already). ``left_out_labels`` counts the labels of ``all_zero``."""
+
+    queries: list[dict[str, Any]]
+    labels: list[Label]
+    all_zero: list[str]
+    not_graded: list[str]
+    question_only: list[str]
+    already_in_set: list[str]
+    left_out_labels: int
+
+    @property
+    def added(self) -> list[str]:
+        return [q["query_id"] for q in self.queries]
+
+
+def merge_promoted(queue: Queue, labels: Sequence[Label], texts: Mapping[str, str], existing: set[str],
+                   labels_path: str | Path) -> PromotedMerge:
+    """The stubs of a promote queue as new authoring queries, each with its graded passages as evidence
+    (after any evidence quoted by hand in its stub), in label-file order; see :class:`PromotedMerge`.
+
+    A question enters when it then has evidence graded 1 or more, or when its stub was edited to
+    ``answerable: false`` and carries no evidence and no label (a negative question, by hand). A question
+    whose every graded passage is 0 is left out and counted: retrieval found nothing relevant, which does not
+    show the corpus holds no answer, so it is neither a negative question nor an answerable one yet. Problems
+    (a stub the builder would refuse or given twice, a label on a question already in the authoring file or
+    on a stub marked ``answerable: false``) are one ``file:line`` line each of a single :class:`InputError`.
+    """
+    from pydantic import ValidationError
+
+    from ragassay.golden.schema import AuthoredQuery
+
+    stubs_file = (queue.folder or Path(".")) / STUBS_FILE
+    by_query: dict[str, list[Label]] = {}
+    for lab in labels:
+        by_query.setdefault(lab.query_id, []).append(lab)
+    problems: list[str] = []
+    stubs: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for n, raw in queue.stubs or []:
+        try:
+            stub = AuthoredQuery.model_validate(raw).model_dump(mode="json", exclude_defaults=True)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(x) for x in first["loc"]) or "stub"
+            problems.append(f"{stubs_file}:{n}: {where}: {first['msg']}; fix the stub or promote again")
+            continue
+        qid = stub["query_id"]
+        if qid in seen:
+            problems.append(f"{stubs_file}:{n}: {qid} is given twice (first at line {seen[qid]}); keep one")
+            continue
+        seen[qid] = n
+        mine = by_query.get(qid, [])
+        if qid in existing:
+            problems.extend(f"{labels_path}:{lab.line}: {qid} is already in the authoring file (merged from an "
+                            "earlier queue?); merge into the file from before that merge, or drop the label"
+                            for lab in mine)
+        elif not stub.get("answerable", True) and (mine or stub.get("evidence")):
+            problems.append(f"{stubs_file}:{n}: {qid} is marked answerable: false but has "
+                            f"{'labels' if mine else 'evidence'}; a negative question keeps its evidence empty")
+        stubs.append(stub)
+    if problems:
+        raise InputError("\n".join(problems))
+    has_passage = {qid for (qid, *_), item in queue.items.items() if not question_only(item)}
+    out: list[dict[str, Any]] = []
+    merged: list[Label] = []
+    all_zero, not_graded, q_only, already = [], [], [], []
+    left_out = 0
+    for stub in stubs:
+        qid = stub["query_id"]
+        if qid in existing:
+            already.append(qid)
+            continue
+        mine = by_query.get(qid, [])
+        evidence = list(stub.get("evidence") or []) + [
+            quote_evidence(texts[lab.doc_id], lab.doc_id, lab.start, lab.end, lab.grade) for lab in mine]
+        if any(ev["grade"] >= 1 for ev in evidence) or not stub.get("answerable", True):
+            out.append({**stub, "evidence": evidence} if evidence else stub)
+            merged.extend(mine)
+        elif evidence:
+            all_zero.append(qid)
+            left_out += len(mine)
+        elif qid in has_passage:
+            not_graded.append(qid)
+        else:
+            q_only.append(qid)
+    return PromotedMerge(out, merged, all_zero, not_graded, q_only, already, left_out)

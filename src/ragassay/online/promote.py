@@ -2,7 +2,8 @@
 signal, sampled per stratum on purpose, become items in the pooled-labelling format ``ragassay golden pool``
 writes (:mod:`ragassay.golden.pool`: ``queue.jsonl``, ``pool.json``, the ``label.html`` page), plus
 ``queries.jsonl``, one authoring stub per request (``source: production``, ``created`` its day, tags) that
-``merge_into`` turns into golden-set entries once the labels come back.
+``ragassay golden merge-labels`` turns into golden-set entries once the labels come back
+(:func:`ragassay.golden.pool.merge_promoted`).
 
 **Selection.** A request is a candidate when it carries any of the chosen signals. Per stratum, at most
 ``per_stratum`` candidates are taken: the ones with the most chosen signals first, ties broken by a seeded
@@ -12,7 +13,8 @@ hash of the request id (so a re-run with the same seed picks the same requests).
 **Units.** A retrieved unit id of the reference pipeline's form ``DOC:START-END`` that names a span of a
 document in the corpus given is a unit: one queue item per unit, its text the quote. A request none of whose
 units resolves (no corpus given, ids of another form, spans outside the document) is one question-only item
-(``doc_id`` empty, offsets 0, empty quote): its evidence must be quoted by hand in the authoring stub.
+(``doc_id`` empty, offsets 0, empty quote): the labelling page shows it with no passage to grade, and its
+evidence must be quoted by hand in the authoring stub.
 
 **Cohort.** Every item carries the tags ``source:production``, ``date:YYYY-MM-DD``, ``signal:NAME`` (each
 chosen signal it carries) and ``cohort:TAG``; the queue's ``pool.json`` names the cohort and says the items are
@@ -33,10 +35,11 @@ from typing import Any
 
 from ragassay import fsio
 from ragassay.errors import InputError
+from ragassay.golden.pool import PROMOTE_KIND
+from ragassay.golden.pool import STUBS_FILE as QUERIES_FILE
 from ragassay.online.judge import FAILURE_SIGNALS, SIGNALS, fetch_texts, read_records, signals_of, uniforms
 
 OUTPUT_KIND = "online-promote"
-QUERIES_FILE = "queries.jsonl"
 _UNIT = re.compile(r"^(?P<doc>.+):(?P<start>\d+)-(?P<end>\d+)$")
 SEPARATE = ("measure these items as their own cohort for a release or two (they are harder than the old ones), "
             "then merge them into the regression tier")
@@ -177,7 +180,7 @@ def promote(store: str | Path, out: str | Path, *, per_stratum: int = 20, signal
         stubs.append(stub)
     counts["items"] = len(records)
     body = queue_bytes(records)
-    meta = {"kind": "ragassay online promote", "dataset_version": cohort, "cohort": cohort,
+    meta = {"kind": PROMOTE_KIND, "dataset_version": cohort, "cohort": cohort,
             "measure_separately": SEPARATE, "corpus_digest": corpus_digest, "k": per_stratum,
             "runs": [{"name": "production", "run_id": "production"}], "signals": list(signals),
             "from": None if date_from is None else date_from.isoformat(),
