@@ -183,9 +183,12 @@ def test_the_gap_command_prints_json_and_writes_the_svg_it_may_replace(db, tmp_p
     assert svg.read_text().startswith('<svg class="plot plot-online-gap"')
     other = tmp_path / "mine.svg"
     other.write_text("<svg>my drawing</svg>")
+    gap_file = db.parent / f"{db.name}.online" / "gap.jsonl"
+    before = gap_file.read_bytes()
     with pytest.raises(InputError, match="refusing to overwrite"):
         _cli(["gap", "--store", str(db), "--release", "v2", "--metric", "answer_f1", "--offline-delta", "0.1",
               "--svg", str(other)])
+    assert gap_file.read_bytes() == before  # a refused command records nothing (v2 keeps its 0.04)
     _cli(["gap", "--store", str(db), "--release", "v4", "--metric", "answer_f1", "--offline-delta", "-0.02"])
     text = capsys.readouterr().out
     assert "calibration over 3 releases" in text and "recorded release v4 (vs v3)" in text

@@ -124,14 +124,16 @@ def gap_cmd(
         from ragassay.online.judge import judge_key
 
         key = judge_key(load_judge_config(judge_config).pins())
-    out = measure_gap(store, release, metric, online, offline_delta=offline_delta,
-                      offline_runs=list(offline) if offline else None,
-                      previous=previous, judge_key=key, seed=seed, confidence=confidence, n_resamples=resamples)
     if svg is not None:
         from ragassay.fsio import atomic_write_text, check_output_file
         from ragassay.report.online import SVG_KIND, calibration_svg, is_calibration_svg
 
+        # refused before the row is recorded: a refused command changes nothing
         check_output_file(svg, SVG_KIND, overwrite_ok=is_calibration_svg)
+    out = measure_gap(store, release, metric, online, offline_delta=offline_delta,
+                      offline_runs=list(offline) if offline else None,
+                      previous=previous, judge_key=key, seed=seed, confidence=confidence, n_resamples=resamples)
+    if svg is not None:
         atomic_write_text(svg, str(calibration_svg(out["rows"], out["calibration"])))
         out["svg"] = str(svg)
     if json_out:
