@@ -109,6 +109,9 @@ RUNS: dict[str, list[tuple[list[str], list[str]]]] = {
         "re-ingest of the same file (skipped by sha256): {n} s wall",
         "signals over {n} days: {n} s wall, peak RSS {n} MB",
         "rephrase rule vs simulated truth: precision {n} recall {n} ({n} true rephrases)",
+        "judge (local lexical) on a {n}% sample, failures x{n}, over {n} days: {n} s wall, {n} s CPU, peak RSS {n} "
+        "MB, {n} requests judged ({n} with a failure signal) of {n}",
+        "faithfulness: weighted {n} [{n}, {n}] (n={n}), unweighted {n}, simulator's truth {n}",
     ])],
     "pipeline.py": [
         (["--tiny"], [

@@ -51,9 +51,9 @@ def expected(records, key):
     """(day, group) -> signal -> (k, n), counted in plain Python from the source records."""
     preds = {
         "thumbs_down": (lambda r: r["thumbs"] is not None, lambda r: r["thumbs"] == -1),
-        "rephrase": (lambda r: False, lambda r: False),  # no session: unknown
-        "escalation": (lambda r: r["escalated"] is not None, lambda r: r["escalated"]),
-        "abandonment": (lambda r: r["abandoned"] is not None, lambda r: r["abandoned"]),
+        "rephrased": (lambda r: False, lambda r: False),  # no session: unknown
+        "escalated": (lambda r: r["escalated"] is not None, lambda r: r["escalated"]),
+        "abandoned": (lambda r: r["abandoned"] is not None, lambda r: r["abandoned"]),
         "empty_retrieval": (lambda r: r["n_retrieved"] is not None, lambda r: r["n_retrieved"] == 0),
         "refusal": (lambda r: r["outcome"] is not None, lambda r: r["outcome"] in ("refused", "abstained")),
     }
@@ -109,11 +109,11 @@ def test_a_signal_nobody_recorded_is_undefined_with_n_zero_in_json_and_in_the_ta
     code, out, _ = cli(["online", "signals", "--store", store, "--json", "--alarm", ""], capsys, monkeypatch)
     res = json.loads(out)
     day3 = next(r for r in res["days"] if r["date"] == "2026-03-04")
-    assert code == 0 and day3["signals"]["abandonment"] == {"k": 0, "n": 0, "rate": None, "lo": None, "hi": None}
-    assert all(r["signals"]["rephrase"]["n"] == 0 for r in res["days"])
+    assert code == 0 and day3["signals"]["abandoned"] == {"k": 0, "n": 0, "rate": None, "lo": None, "hi": None}
+    assert all(r["signals"]["rephrased"]["n"] == 0 for r in res["days"])
     code, out, _ = cli(["online", "signals", "--store", store, "--alarm", ""], capsys, monkeypatch)
     line = next(x for x in out.splitlines() if x.lstrip("│ ").startswith("2026-03-04"))
-    assert line.count("undefined (n=0)") == 2  # rephrase and abandonment
+    assert line.count("undefined (n=0)") == 2  # rephrased and abandoned
 
 
 def test_alarms_fire_above_the_threshold_and_fail_only_when_asked(tmp_path, capsys, monkeypatch):

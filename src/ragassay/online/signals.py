@@ -8,9 +8,9 @@ denominator of each signal is the requests where the signal is known (not null):
 signal              k (numerator)                           n (denominator)
 ==================  ======================================  =====================================
 thumbs_down         ``thumbs = -1``                         rated requests (``thumbs`` not null)
-rephrase            ``rephrased``                           requests with a session
-escalation          ``escalated``                           ``escalated`` not null
-abandonment         ``abandoned``                           ``abandoned`` not null
+rephrased           ``rephrased``                           requests with a session
+escalated           ``escalated``                           ``escalated`` not null
+abandoned           ``abandoned``                           ``abandoned`` not null
 empty_retrieval     ``n_retrieved = 0``                     ``n_retrieved`` not null
 refusal             ``outcome`` in refused, abstained       ``outcome`` not null
 ==================  ======================================  =====================================
@@ -34,9 +34,10 @@ from ragassay.online.store import open_records, record_files, records_dir
 # signal -> (numerator SQL, denominator SQL: the column that must be known)
 SIGNALS: dict[str, tuple[str, str]] = {
     "thumbs_down": ("thumbs = -1", "thumbs"),
-    "rephrase": ("rephrased", "rephrased"),
-    "escalation": ("escalated", "escalated"),
-    "abandonment": ("abandoned", "abandoned"),
+    # named as the record's own flags, the names online gap, judge and promote take
+    "rephrased": ("rephrased", "rephrased"),
+    "escalated": ("escalated", "escalated"),
+    "abandoned": ("abandoned", "abandoned"),
     "empty_retrieval": ("empty_retrieval", "empty_retrieval"),
     "refusal": ("refusal", "refusal"),
 }
