@@ -67,3 +67,34 @@ def test_the_gate_example_fails_a_candidate_that_errors_on_half_the_questions(tm
         head, _, tail = " ".join(line.split()).partition("(...)")
         assert head in out, head
         assert tail.strip() in out, tail
+
+
+def test_every_subcommand_and_option_in_the_usage_block_exists():
+    import shlex
+
+    import click
+    import typer
+
+    from ragassay.cli.app import app
+
+    group = typer.main.get_command(app)
+    usage = re.search(r"## Using it\n\n```bash\n(.*?)```", README, re.S).group(1)
+    checked = 0
+    for line in usage.splitlines():
+        if not line.startswith("ragassay ") or "|" in line.split("#")[0]:
+            continue
+        argv = shlex.split(line.split("  #")[0])[1:]
+        cmd = group.load(argv[0]) if argv[0] in COMMANDS else None
+        assert cmd is not None, line
+        rest = argv[1:]
+        ctx = click.Context(cmd)
+        while hasattr(cmd, "list_commands") and rest and rest[0] in cmd.list_commands(ctx):
+            cmd, rest = cmd.get_command(ctx, rest[0]), rest[1:]
+            ctx = click.Context(cmd)
+        if type(cmd).__name__ == "_ScoreByDefault":  # `ragassay judge RUN ...` is `ragassay judge score RUN ...`
+            cmd = cmd.get_command(ctx, "score")
+        known = {o for p in cmd.params for o in p.opts}
+        used = {w.split("=")[0] for w in rest if w.startswith("-")}
+        assert used <= known, (line, used - known)
+        checked += 1
+    assert checked >= 40
