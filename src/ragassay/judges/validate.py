@@ -508,18 +508,25 @@ def judge_llm(client, items: Sequence[LabelledItem], run_id: str, pins: dict, st
 VALIDATION_SOURCE = "judge:validation"
 
 
-def validation_run(store, pins: dict) -> str:
-    """The store run that owns a judge's validation calls (one per judge model, reused on every rerun)."""
+def calls_owner_run(store, pins: dict, *, source: str, label: str, purpose: str) -> str:
+    """The store run that owns judge calls made outside a scored run (validation, judge-on-sample): one per
+    (source, judge model), named ``<label> <judge model>``, created finished and reused on every rerun."""
     from ragassay.store import RunRecord
 
-    name = f"judge-validation {pins['judge_model']}"
+    name = f"{label} {pins['judge_model']}"
     for rec in store.list_runs():
-        if rec.name == name and rec.source == VALIDATION_SOURCE:
+        if rec.name == name and rec.source == source:
             return rec.run_id
-    run_id = store.create_run(RunRecord(name=name, source=VALIDATION_SOURCE, judge_model=pins["judge_model"],
-                                        extra={"purpose": "judge validation calls"}))
+    run_id = store.create_run(RunRecord(name=name, source=source, judge_model=pins["judge_model"],
+                                        extra={"purpose": purpose}))
     store.finish_run(run_id, "complete")
     return run_id
+
+
+def validation_run(store, pins: dict) -> str:
+    """The store run that owns a judge's validation calls (one per judge model, reused on every rerun)."""
+    return calls_owner_run(store, pins, source=VALIDATION_SOURCE, label="judge-validation",
+                           purpose="judge validation calls")
 
 
 def call_accounting(judged: Sequence[Judged], run=None) -> dict:

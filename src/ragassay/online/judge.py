@@ -373,16 +373,10 @@ ONLINE_SOURCE = "judge:online"
 
 def _calls_run(store_obj, pins: dict) -> str:
     """The store run that owns an online judge's calls (one per judge model, reused on every rerun)."""
-    from ragassay.store import RunRecord
+    from ragassay.judges.validate import calls_owner_run
 
-    name = f"online-judge {pins['judge_model']}"
-    for rec in store_obj.list_runs():
-        if rec.name == name and rec.source == ONLINE_SOURCE:
-            return rec.run_id
-    run_id = store_obj.create_run(RunRecord(name=name, source=ONLINE_SOURCE, judge_model=pins["judge_model"],
-                                            extra={"purpose": "judge-on-sample calls on production traffic"}))
-    store_obj.finish_run(run_id, "complete")
-    return run_id
+    return calls_owner_run(store_obj, pins, source=ONLINE_SOURCE, label="online-judge",
+                           purpose="judge-on-sample calls on production traffic")
 
 
 @dataclass
