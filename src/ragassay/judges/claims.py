@@ -568,17 +568,9 @@ def load_claim_labels(path: str | Path, kind: str) -> ClaimLabels:
         raise InputError(f"{p}: no such label file")
     problems, items, seen = [], [], {}
     fields = _CHECK_FIELDS if kind == "claim_check" else _EXTRACT_FIELDS
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            problems.append(f"{p}:{n}: not JSON ({e.msg})")
-            continue
-        if not isinstance(obj, dict):
-            problems.append(f"{p}:{n}: expected a JSON object")
-            continue
+    from ragassay.judges.labels import _read_jsonl  # every label loader's one JSONL reader
+
+    for n, obj in _read_jsonl(p, problems):
         unknown = sorted(set(obj) - set(fields) - set(_OPTIONAL))
         missing = [f for f in fields if f not in obj]
         if unknown or missing:
