@@ -54,6 +54,9 @@ JUDGED_DIR = "judged"
 # requests judged per round: a local judge takes many; an LLM judge two per concurrent call, so a spend cap
 # that stops a round wastes little (its paid calls are stored, and a re-run takes them from the store)
 LOCAL_CHUNK = 256
+# requests whose texts one scan of the record files fetches (a scan reads every record file; a chunk each
+# would scan them once per 256 requests)
+FETCH_BATCH = 4096
 
 
 # ---------------------------------------------------------------------------------------------- records
@@ -192,6 +195,34 @@ def uniforms(request_ids: Sequence[str], seed: int) -> np.ndarray:
     return out
 
 
+def uniforms_arrow(request_ids, seed: int) -> np.ndarray:
+    """:func:`uniforms` of an Arrow string array, hashed straight from its UTF-8 data buffer: no Python str per
+    id (a null id hashes as ``None``, as :func:`uniforms` hashes ``str(None)``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = request_ids.combine_chunks() if isinstance(request_ids, pa.ChunkedArray) else request_ids
+    if arr.null_count:
+        arr = pc.fill_null(arr, "None")
+    if not pa.types.is_large_string(arr.type):
+        arr = arr.cast(pa.large_string())
+    n = len(arr)
+    if n == 0:
+        return np.empty(0, dtype=np.float64)
+    _, off_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(off_buf, dtype=np.int64, count=n + 1, offset=arr.offset * 8)
+    data = memoryview(data_buf)
+    key = f"{seed}\x1f".encode()
+    blake = hashlib.blake2b
+    digests = bytearray(8 * n)
+    bounds = offsets.tolist()
+    for i in range(n):
+        digests[8 * i:8 * i + 8] = blake(key + data[bounds[i]:bounds[i + 1]], digest_size=8).digest()
+    h = np.frombuffer(bytes(digests), dtype=">u8").astype(np.uint64)
+    # the same float as uniforms: a 53-bit integer divided by 2**53 is exact either way
+    return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
 @dataclass(frozen=True)
 class Sample:
     """A stratified draw: per record its cell, whether it was drawn, and (for every record) the inclusion
@@ -214,11 +245,17 @@ def draw_sample(request_ids: Sequence[str], days: Sequence[str], strata: Sequenc
     keys = sorted(set(keys_all))
     index = {k: i for i, k in enumerate(keys)}
     cell = np.fromiter((index[k] for k in keys_all), dtype=np.int64, count=n)
+    return _draw(cell, keys, uniforms(request_ids, seed), rate, factor)
+
+
+def _draw(cell: np.ndarray, keys: list[tuple[str, str, bool]], u: np.ndarray, rate: float, factor: float
+          ) -> Sample:
+    """The draw given each record's cell (index into the sorted ``keys``) and its uniform ``u``."""
+    n = len(cell)
     population = np.bincount(cell, minlength=len(keys)).astype(np.int64)
     rates = np.array([min(1.0, rate * factor) if k[2] else rate for k in keys], dtype=np.float64)
     # the small epsilon keeps 0.02 * 100 from rounding up to 3 in binary
     drawn = np.minimum(population, np.ceil(rates * population - 1e-9)).astype(np.int64)
-    u = uniforms(request_ids, seed)
     order = np.lexsort((u, cell))
     starts = np.concatenate([[0], np.cumsum(population)[:-1]])
     rank = np.empty(n, dtype=np.int64)
@@ -226,6 +263,87 @@ def draw_sample(request_ids: Sequence[str], days: Sequence[str], strata: Sequenc
     selected = rank < drawn[cell]
     pi = (drawn / np.maximum(population, 1))[cell]
     return Sample(cell, selected, pi, keys, population, drawn)
+
+
+# the columns a sampled request's signals are read from (:func:`signals_of`), kept columnar for every record
+_SIGNAL_COLUMNS = ("thumbs", "rephrased", "escalated", "empty_retrieval", "abandoned", "refusal", "outcome")
+
+
+def read_frame(store: str | Path, date_from: date | None = None, date_to: date | None = None):
+    """The sampling frame of ``store`` in the window as one Arrow table, ordered by request id as
+    :func:`read_records` orders it: ``request_id`` (string), ``day`` (date), ``stratum`` and ``outcome``
+    (dictionary-encoded), ``failure`` (computed in DuckDB: the request carries a failure signal, a null flag
+    being none) and the signal columns. No Python object per record."""
+    import duckdb
+    import pyarrow.compute as pc
+
+    from ragassay.online.store import open_records, record_files
+
+    if not record_files(store):
+        raise _no_records(store)
+    con = duckdb.connect()
+    try:
+        view = open_records(con, store)
+        where, args = [], []
+        if date_from is not None:
+            where.append("date >= CAST(? AS DATE)")
+            args.append(date_from.isoformat())
+        if date_to is not None:
+            where.append("date <= CAST(? AS DATE)")
+            args.append(date_to.isoformat())
+        fail = " OR ".join(["coalesce(thumbs < 0, false)", *(f"coalesce({c}, false)" for c in (
+            "rephrased", "escalated", "empty_retrieval"))])
+        cols = ", ".join(f'"{c}"' for c in _SIGNAL_COLUMNS)
+        sql = (f"SELECT request_id, CAST(date AS DATE) AS day, stratum, ({fail}) AS failure, {cols} FROM {view}"
+               + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY request_id")
+        table = con.sql(sql, params=args).to_arrow_table()
+    finally:
+        con.close()
+    for name in ("day", "stratum", "outcome"):
+        i = table.column_names.index(name)
+        table = table.set_column(i, name, pc.dictionary_encode(table.column(name)))
+    return table
+
+
+def _codes(column) -> tuple[np.ndarray, list]:
+    """(per-record index, dictionary values as Python objects) of a dictionary-encoded Arrow column; a null is
+    its own value (None) at index ``len(values)``."""
+    import pyarrow as pa
+
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    where: dict = {}
+    parts = []
+    for ch in chunks:
+        local = ch.dictionary.to_pylist() + [None]
+        remap = np.array([where.setdefault(v, len(where)) for v in local], dtype=np.int64)
+        idx = ch.indices.fill_null(len(local) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
+        parts.append(remap[idx])
+    values = list(where)
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), values
+
+
+def draw_frame(frame, rate: float, factor: float = 1.0, seed: int = 0) -> tuple[Sample, np.ndarray]:
+    """:func:`draw_sample` of a :func:`read_frame` table (the same draw: same cells, same hashes), computed on
+    arrays: the (day, stratum, failure) cell of each record from the dictionary codes. Returns the sample and
+    the per-record failure flags."""
+    day_code, days = _codes(frame.column("day"))
+    strat_code, strata = _codes(frame.column("stratum"))
+    failure = frame.column("failure").to_numpy(zero_copy_only=False).astype(bool)
+    day_names = [str(d) for d in days]
+    strat_names = ["unstratified" if s is None else str(s) for s in strata]
+    # a stratum named "unstratified" and a null share a cell, as in draw_sample: codes go through the names
+    names = sorted(set(strat_names))
+    strat_code = np.array([names.index(x) for x in strat_names], dtype=np.int64)[strat_code] if len(
+        strat_code) else strat_code
+    combined = (day_code * len(names) + strat_code) * 2 + failure
+    present = np.flatnonzero(np.bincount(combined, minlength=2 * len(names) * max(len(days), 1)))
+    found = [(day_names[c // 2 // len(names)], names[c // 2 % len(names)], bool(c % 2)) for c in present.tolist()]
+    keys = sorted(found)
+    index = {k: i for i, k in enumerate(keys)}
+    remap = np.zeros(2 * len(names) * max(len(days), 1), dtype=np.int64)
+    remap[present] = [index[k] for k in found]
+    cell = remap[combined]
+    return _draw(cell, keys, uniforms_arrow(frame.column("request_id"), seed), rate, factor), failure
 
 
 # ---------------------------------------------------------------------------------------------- the estimate
@@ -487,17 +605,22 @@ def run_online_judge(store: str | Path, cfg, judge_path: str, *, rate: float, fa
     llm = cfg.provider != "local"
     with Store.open(store, read_only=not llm) as st:
         metrics = check_judge(st, cfg, judge_path)  # refused before any record is read
-        rec = read_records(store, date_from, date_to)
-        n = len(rec["request_id"])
+        frame = read_frame(store, date_from, date_to)
+        n = frame.num_rows
         if n == 0:
             raise InputError(f"{online_dir(store) / 'records'}: no production records between "
                              f"{date_from or 'the first'} and {date_to or 'the last'} day; widen --from/--to")
-        sigs = [signals_of(rec, k) for k in range(n)]
-        failure = [any(s in FAILURE_SIGNALS for s in ss) for ss in sigs]
-        sample = draw_sample(rec["request_id"], rec["day"], rec["stratum"], failure, rate, factor, seed)
+        full, failure = draw_frame(frame, rate, factor, seed)
+        chosen = np.flatnonzero(full.selected)
+        # Python objects only for the sampled requests: from here on a record index k counts the sampled ones
+        picked = frame.select(["request_id", "stratum", *_SIGNAL_COLUMNS]).take(chosen)
+        del frame
+        rec = {name: picked.column(name).to_pylist() for name in picked.column_names}
+        sample = Sample(full.cell[chosen], np.ones(len(chosen), dtype=bool), full.pi[chosen], full.keys,
+                        full.population, full.drawn)
+        sigs = [signals_of(rec, k) for k in range(len(chosen))]
         done = judged_rows(store, key)
-        chosen = np.flatnonzero(sample.selected)
-        todo = [int(k) for k in chosen if rec["request_id"][k] not in done
+        todo = [k for k in range(len(chosen)) if rec["request_id"][k] not in done
                 or any(m not in done[rec["request_id"][k]] for m in metrics)]
         # judge in hash order: a spend cap that stops early leaves a random part of each cell unjudged
         u = uniforms([rec["request_id"][k] for k in todo], seed)
@@ -509,6 +632,7 @@ def run_online_judge(store: str | Path, cfg, judge_path: str, *, rate: float, fa
         judge = build_judge(cfg, st if llm else None)
         run_id = _calls_run(st, pins) if llm else "online"
         calls: dict[str, int] = {}
+        texts: dict[str, dict[str, Any]] = {}
         if progress is not None:
             progress(0, len(todo))
         chunk = 2 * cfg.concurrency if llm else LOCAL_CHUNK
@@ -519,7 +643,9 @@ def run_online_judge(store: str | Path, cfg, judge_path: str, *, rate: float, fa
                 continue
             budget = None if cap is None else cap - outcome.spend
             ids = [rec["request_id"][k] for k in rows]
-            items = judge_items_of(fetch_texts(store, ids), ids, [rec["stratum"][k] for k in rows])
+            if any(i not in texts for i in ids):
+                texts = fetch_texts(store, [rec["request_id"][k] for k in todo[at:at + max(chunk, FETCH_BATCH)]])
+            items = judge_items_of(texts, ids, [rec["stratum"][k] for k in rows])
             got = _judge_chunk(cfg, judge, items, run_id, budget)
             outcome.spend += got.spend
             outcome.paid_calls += sum(1 for j in got.judgements if not j.record.cache_hit
@@ -543,8 +669,8 @@ def run_online_judge(store: str | Path, cfg, judge_path: str, *, rate: float, fa
                    "to": None if date_to is None else date_to.isoformat(),
                    "estimator": "hajek", "interval": "linearized (stratified, without replacement)",
                    "confidence": confidence},
-        "counts": {"records": n, "cells": len(sample.keys), "sampled": int(sample.selected.sum()),
-                   "sampled_failures": int((sample.selected & np.asarray(failure, dtype=bool)).sum()),
+        "counts": {"records": n, "cells": len(sample.keys), "sampled": int(full.selected.sum()),
+                   "sampled_failures": int((full.selected & failure).sum()),
                    "judged_now": outcome.judged_now, "already_judged": outcome.reused, "skipped": outcome.skipped,
                    "errors": outcome.errors},
         "spend": {"usd": outcome.spend, "cap": cap, "paid_calls": outcome.paid_calls, "stopped": outcome.stopped,
@@ -644,5 +770,5 @@ def quality_table(rec: dict[str, list], sample: Sample, done, metrics: Sequence[
 
 
 __all__ = ["FAILURE_SIGNALS", "ONLINE_METRICS", "SIGNALS", "Estimate", "Sample", "check_judge", "date_window",
-           "draw_sample", "fetch_texts", "judge_key", "judged_rows", "parse_oversample", "stored_designs", "parse_rate", "quality_table",
-           "read_records", "run_online_judge", "signals_of", "uniforms", "unpinned_reason", "weighted_rate"]
+           "draw_frame", "draw_sample", "fetch_texts", "judge_key", "judged_rows", "parse_oversample", "stored_designs", "parse_rate", "quality_table",
+           "read_frame", "read_records", "run_online_judge", "signals_of", "uniforms", "uniforms_arrow", "unpinned_reason", "weighted_rate"]
