@@ -154,29 +154,19 @@ def load_ppi_labels(path: str | Path) -> PPILabels:
     problems: list[str] = []
     lines: list[PPILabel] = []
     seen: dict[tuple, int] = {}
-    with p.open(encoding="utf-8") as fh:
-        for n, raw in enumerate(fh, 1):
-            if not raw.strip():
-                continue
-            where = f"{p}:{n}"
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as e:
-                problems.append(f"{where}: not JSON ({e.msg} at column {e.colno})")
-                continue
-            if not isinstance(obj, dict):
-                problems.append(f"{where}: expected a JSON object, got {type(obj).__name__}")
-                continue
-            item = _line(obj, p, n, problems)
-            if item is None:
-                continue
-            key = (item.run, item.query_id, item.trial, item.metric)
-            if key in seen:
-                problems.append(f"{where}: {item.metric} of query {item.query_id} (trial {item.trial}, run "
-                                f"{item.run}) is labelled again (line {seen[key]}); give each answer one label")
-                continue
-            seen[key] = n
-            lines.append(item)
+    from ragassay.judges.labels import _read_jsonl  # every label loader's one JSONL reader
+
+    for n, obj in _read_jsonl(p, problems):
+        item = _line(obj, p, n, problems)
+        if item is None:
+            continue
+        key = (item.run, item.query_id, item.trial, item.metric)
+        if key in seen:
+            problems.append(f"{p}:{n}: {item.metric} of query {item.query_id} (trial {item.trial}, run "
+                            f"{item.run}) is labelled again (line {seen[key]}); give each answer one label")
+            continue
+        seen[key] = n
+        lines.append(item)
     if not problems and not lines:
         problems.append(f"{p}: no labels; write one JSON object per line")
     if problems:

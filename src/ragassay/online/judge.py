@@ -95,6 +95,14 @@ def read_records(store: str | Path, date_from: date | None = None, date_to: date
     """``columns`` of the production records of ``store`` in the window (inclusive UTC days), as lists, with
     ``day`` ('YYYY-MM-DD', the ``date`` partition) added, ordered by request id; read through
     :func:`ragassay.online.store.open_records`."""
+    cols = ", ".join(f'"{c}"' for c in columns)
+    table = _window(store, f"{cols}, strftime(date, '%Y-%m-%d') AS day", date_from, date_to)
+    return {name: table.column(name).to_pylist() for name in table.column_names}
+
+
+def _window(store: str | Path, select: str, date_from: date | None, date_to: date | None):
+    """``SELECT {select}`` over the production records of ``store`` in the window (inclusive UTC days),
+    ordered by request id, as an Arrow table."""
     import duckdb
 
     from ragassay.online.store import open_records, record_files
@@ -111,13 +119,11 @@ def read_records(store: str | Path, date_from: date | None = None, date_to: date
         if date_to is not None:
             where.append("date <= CAST(? AS DATE)")
             args.append(date_to.isoformat())
-        cols = ", ".join(f'"{c}"' for c in columns)
-        sql = (f"SELECT {cols}, strftime(date, '%Y-%m-%d') AS day FROM {view}"
-               + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY request_id")
-        table = con.sql(sql, params=args).to_arrow_table()
+        sql = (f"SELECT {select} FROM {view}" + (f" WHERE {' AND '.join(where)}" if where else "")
+               + " ORDER BY request_id")
+        return con.sql(sql, params=args).to_arrow_table()
     finally:
         con.close()
-    return {name: table.column(name).to_pylist() for name in table.column_names}
 
 
 def fetch_texts(store: str | Path, request_ids: Sequence[str],
@@ -274,31 +280,13 @@ def read_frame(store: str | Path, date_from: date | None = None, date_to: date |
     :func:`read_records` orders it: ``request_id`` (string), ``day`` (date), ``stratum`` and ``outcome``
     (dictionary-encoded), ``failure`` (computed in DuckDB: the request carries a failure signal, a null flag
     being none) and the signal columns. No Python object per record."""
-    import duckdb
     import pyarrow.compute as pc
 
-    from ragassay.online.store import open_records, record_files
-
-    if not record_files(store):
-        raise _no_records(store)
-    con = duckdb.connect()
-    try:
-        view = open_records(con, store)
-        where, args = [], []
-        if date_from is not None:
-            where.append("date >= CAST(? AS DATE)")
-            args.append(date_from.isoformat())
-        if date_to is not None:
-            where.append("date <= CAST(? AS DATE)")
-            args.append(date_to.isoformat())
-        fail = " OR ".join(["coalesce(thumbs < 0, false)", *(f"coalesce({c}, false)" for c in (
-            "rephrased", "escalated", "empty_retrieval"))])
-        cols = ", ".join(f'"{c}"' for c in _SIGNAL_COLUMNS)
-        sql = (f"SELECT request_id, CAST(date AS DATE) AS day, stratum, ({fail}) AS failure, {cols} FROM {view}"
-               + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY request_id")
-        table = con.sql(sql, params=args).to_arrow_table()
-    finally:
-        con.close()
+    fail = " OR ".join(["coalesce(thumbs < 0, false)", *(f"coalesce({c}, false)" for c in (
+        "rephrased", "escalated", "empty_retrieval"))])
+    cols = ", ".join(f'"{c}"' for c in _SIGNAL_COLUMNS)
+    table = _window(store, f"request_id, CAST(date AS DATE) AS day, stratum, ({fail}) AS failure, {cols}",
+                    date_from, date_to)
     for name in ("day", "stratum", "outcome"):
         i = table.column_names.index(name)
         table = table.set_column(i, name, pc.dictionary_encode(table.column(name)))
